@@ -1,0 +1,115 @@
+// A type-erased byte stream: plain TCP or TLS over TCP behind one non-template type, so HTTP,
+// WebSocket and SPDY code is written (and compiled) once. Satisfies Asio's AsyncReadStream and
+// AsyncWriteStream; Beast's websocket::stream<AnyStream> works through the teardown hooks below.
+#pragma once
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/beast/core/role.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace kubesandbox::net {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using IoHandler = asio::any_completion_handler<void(error_code, std::size_t)>;
+using DoneHandler = asio::any_completion_handler<void(error_code)>;
+
+class AnyStream {
+public:
+    struct Impl {
+        virtual ~Impl() = default;
+        virtual asio::any_io_executor executor() = 0;
+        virtual void read_some(asio::mutable_buffer b, IoHandler h) = 0;
+        virtual void write_some(asio::const_buffer b, IoHandler h) = 0;
+        virtual void handshake(DoneHandler h) = 0;  // TLS handshake; completes at once for TCP
+        virtual void shutdown(DoneHandler h) = 0;   // TLS close_notify + TCP shutdown(send)
+        virtual void close() noexcept = 0;          // hard close, cancels pending operations
+        virtual void expires_after(std::chrono::steady_clock::duration d) = 0;
+        virtual void expires_never() = 0;
+        virtual asio::ip::tcp::socket& socket() = 0;
+        virtual bool is_tls() const noexcept = 0;
+    };
+
+    using executor_type = asio::any_io_executor;
+
+    AnyStream() = default;
+    explicit AnyStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+    // Plain TCP over a connected socket.
+    static AnyStream tcp(asio::ip::tcp::socket socket);
+    // TLS over a connected socket; call async_handshake before use. For clients, `sni_host`
+    // sets SNI and, unless `verify_host` is empty, the certificate host check.
+    static AnyStream tls_client(asio::ip::tcp::socket socket, asio::ssl::context& ctx,
+                                const std::string& sni_host, const std::string& verify_host);
+    static AnyStream tls_server(asio::ip::tcp::socket socket, asio::ssl::context& ctx);
+
+    explicit operator bool() const noexcept { return impl_ != nullptr; }
+    executor_type get_executor() { return impl_->executor(); }
+    asio::ip::tcp::socket& socket() { return impl_->socket(); }
+    bool is_tls() const noexcept { return impl_->is_tls(); }
+
+    // Socket-level backstop deadline for every pending and future operation (beast::tcp_stream).
+    void expires_after(std::chrono::steady_clock::duration d) { impl_->expires_after(d); }
+    void expires_never() { impl_->expires_never(); }
+    void close() noexcept {
+        if (impl_) impl_->close();
+    }
+
+    template <class MutableBufferSequence, class Token>
+    auto async_read_some(const MutableBufferSequence& buffers, Token&& token) {
+        return asio::async_initiate<Token, void(error_code, std::size_t)>(
+            [](auto handler, Impl* impl, asio::mutable_buffer b) { impl->read_some(b, std::move(handler)); },
+            token, impl_.get(), first_buffer<asio::mutable_buffer>(buffers));
+    }
+
+    template <class ConstBufferSequence, class Token>
+    auto async_write_some(const ConstBufferSequence& buffers, Token&& token) {
+        return asio::async_initiate<Token, void(error_code, std::size_t)>(
+            [](auto handler, Impl* impl, asio::const_buffer b) { impl->write_some(b, std::move(handler)); },
+            token, impl_.get(), first_buffer<asio::const_buffer>(buffers));
+    }
+
+    template <class Token>
+    auto async_handshake(Token&& token) {
+        return asio::async_initiate<Token, void(error_code)>(
+            [](auto handler, Impl* impl) { impl->handshake(std::move(handler)); }, token, impl_.get());
+    }
+
+    template <class Token>
+    auto async_shutdown(Token&& token) {
+        return asio::async_initiate<Token, void(error_code)>(
+            [](auto handler, Impl* impl) { impl->shutdown(std::move(handler)); }, token, impl_.get());
+    }
+
+private:
+    // A read_some/write_some may transfer fewer bytes than offered, so using the first
+    // non-empty buffer of the sequence is correct and keeps the erased interface simple.
+    template <class Buffer, class Sequence>
+    static Buffer first_buffer(const Sequence& seq) {
+        for (auto it = asio::buffer_sequence_begin(seq); it != asio::buffer_sequence_end(seq); ++it) {
+            Buffer b(*it);
+            if (b.size() != 0) return b;
+        }
+        return Buffer();
+    }
+
+    std::unique_ptr<Impl> impl_;
+};
+
+// Beast websocket teardown hooks, found by argument-dependent lookup.
+void teardown(boost::beast::role_type role, AnyStream& stream, error_code& ec);
+
+template <class TeardownHandler>
+void async_teardown(boost::beast::role_type, AnyStream& stream, TeardownHandler&& handler) {
+    stream.async_shutdown(std::forward<TeardownHandler>(handler));
+}
+
+}  // namespace kubesandbox::net
