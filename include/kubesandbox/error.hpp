@@ -70,19 +70,19 @@ boost::system::error_code make_error_code(errc e) noexcept;
 
 // One entry of a Status' details.causes (422 Invalid and friends).
 struct StatusCause {
-    std::string reason;
-    std::string message;
-    std::string field;
+    std::string reason{};
+    std::string message{};
+    std::string field{};
     friend bool operator==(const StatusCause&, const StatusCause&) = default;
 };
 
 struct Error {
-    boost::system::error_code code;
-    std::string message;                 // human text; never holds tokens or keys
+    boost::system::error_code code{};
+    std::string message{};                 // human text; never holds tokens or keys
     unsigned http_status = 0;            // 0 when no HTTP response was involved
-    std::string reason;                  // Kubernetes Status.reason when there was one
-    std::vector<StatusCause> causes;     // Status.details.causes
-    std::optional<std::chrono::seconds> retry_after;  // Retry-After header or details.retryAfterSeconds
+    std::string reason{};                  // Kubernetes Status.reason when there was one
+    std::vector<StatusCause> causes{};     // Status.details.causes
+    std::optional<std::chrono::seconds> retry_after{};  // Retry-After header or details.retryAfterSeconds
 
     bool is(errc e) const noexcept { return code == make_error_code(e); }
     // "<category>: <message> (HTTP 409 AlreadyExists)" for logs and CLI output.

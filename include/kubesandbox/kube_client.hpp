@@ -37,66 +37,66 @@ struct KubeClientOptions {
 
 // API path of a resource collection or object. Empty group = core ("/api/v1").
 struct ResourcePath {
-    std::string group;
+    std::string group{};
     std::string version = "v1";
-    std::string plural;
-    std::string namespace_name;  // empty = cluster-scoped or all namespaces
-    std::string name;
-    std::string subresource;
+    std::string plural{};
+    std::string namespace_name{};  // empty = cluster-scoped or all namespaces
+    std::string name{};
+    std::string subresource{};
 
     std::string str() const;  // e.g. /apis/networking.k8s.io/v1/namespaces/ns/networkpolicies/np
     ResourcePath with_name(std::string n) const;
 };
 
 struct ListOptions {
-    std::string label_selector;
-    std::string field_selector;
-    std::optional<std::int64_t> limit;
-    std::string continue_token;
-    std::string resource_version;
-    std::optional<int> timeout_seconds;
+    std::string label_selector{};
+    std::string field_selector{};
+    std::optional<std::int64_t> limit{};
+    std::string continue_token{};
+    std::string resource_version{};
+    std::optional<int> timeout_seconds{};
 };
 
 struct ListPage {
-    boost::json::array items;
-    std::string resource_version;
-    std::string continue_token;  // empty on the last page
-    std::optional<std::int64_t> remaining_item_count;
+    boost::json::array items{};
+    std::string resource_version{};
+    std::string continue_token{};  // empty on the last page
+    std::optional<std::int64_t> remaining_item_count{};
 };
 
 struct WatchOptions {
-    std::string label_selector;
-    std::string field_selector;
-    std::string resource_version;  // empty = synthetic ADDED for current objects first
+    std::string label_selector{};
+    std::string field_selector{};
+    std::string resource_version{};  // empty = synthetic ADDED for current objects first
     bool allow_bookmarks = true;
-    std::optional<int> timeout_seconds;
+    std::optional<int> timeout_seconds{};
 };
 
 struct WatchEvent {
     enum class Type { added, modified, deleted, bookmark, error };
-    Type type;
-    boost::json::object object;  // for error: the Status
+    Type type{};
+    boost::json::object object{};  // for error: the Status
 };
 
 struct CreateOptions {
     // Retry the create on connection failures and 5xx: only safe with a fixed name, where a
     // 409 AlreadyExists after a lost response means our own earlier attempt succeeded.
     bool idempotent = false;
-    std::string field_manager;
+    std::string field_manager{};
 };
 
 struct DeleteOptions {
-    std::optional<std::int64_t> grace_period_seconds;
-    std::string propagation_policy;  // Orphan | Background | Foreground
-    std::string precondition_uid;
-    std::string precondition_resource_version;
+    std::optional<std::int64_t> grace_period_seconds{};
+    std::string propagation_policy{};  // Orphan | Background | Foreground
+    std::string precondition_uid{};
+    std::string precondition_resource_version{};
 };
 
 enum class PatchType { merge, json, strategic };
 
 struct DeleteResult {
     bool found = true;         // false: the object did not exist (404), delete is idempotent
-    boost::json::value body;   // the Status or the object being deleted
+    boost::json::value body{};   // the Status or the object being deleted
 };
 
 class KubeClient;
@@ -117,14 +117,14 @@ public:
     explicit WatchStream(std::unique_ptr<Impl> impl);
 
 private:
-    std::unique_ptr<Impl> impl_;
+    std::unique_ptr<Impl> impl_{};
 };
 
 // A raw response, for paths the typed operations do not cover (discovery, logs).
 struct HttpResponse {
     unsigned status = 0;
-    std::string content_type;
-    std::string body;
+    std::string content_type{};
+    std::string body{};
 };
 
 class KubeClient {
@@ -139,28 +139,46 @@ public:
     const KubeClientOptions& options() const;
     boost::asio::any_io_executor get_executor() const;
 
+    // Operations with options come in two overloads instead of default arguments: g++ 12
+    // destroys class-type default arguments of coroutines twice.
     boost::asio::awaitable<Result<boost::json::object>> get(const ResourcePath& path);
     boost::asio::awaitable<Result<boost::json::object>> create(const ResourcePath& collection,
-                                                               boost::json::object body,
-                                                               CreateOptions options = {});
+                                                               boost::json::object body, CreateOptions options);
+    boost::asio::awaitable<Result<boost::json::object>> create(const ResourcePath& collection,
+                                                               boost::json::object body) {
+        return create(collection, std::move(body), CreateOptions());
+    }
     boost::asio::awaitable<Result<boost::json::object>> replace(const ResourcePath& path,
                                                                 boost::json::object body);
     boost::asio::awaitable<Result<boost::json::object>> patch(const ResourcePath& path,
-                                                              boost::json::value body,
-                                                              PatchType type = PatchType::merge);
-    boost::asio::awaitable<Result<DeleteResult>> remove(const ResourcePath& path, DeleteOptions options = {});
-    boost::asio::awaitable<Result<ListPage>> list(const ResourcePath& collection, ListOptions options = {});
-    boost::asio::awaitable<Result<WatchStream>> watch(const ResourcePath& collection, WatchOptions options = {});
+                                                              boost::json::value body, PatchType type);
+    boost::asio::awaitable<Result<boost::json::object>> patch(const ResourcePath& path, boost::json::value body) {
+        return patch(path, std::move(body), PatchType::merge);
+    }
+    boost::asio::awaitable<Result<DeleteResult>> remove(const ResourcePath& path, DeleteOptions options);
+    boost::asio::awaitable<Result<DeleteResult>> remove(const ResourcePath& path) {
+        return remove(path, DeleteOptions());
+    }
+    boost::asio::awaitable<Result<ListPage>> list(const ResourcePath& collection, ListOptions options);
+    boost::asio::awaitable<Result<ListPage>> list(const ResourcePath& collection) {
+        return list(collection, ListOptions());
+    }
+    boost::asio::awaitable<Result<WatchStream>> watch(const ResourcePath& collection, WatchOptions options);
+    boost::asio::awaitable<Result<WatchStream>> watch(const ResourcePath& collection) {
+        return watch(collection, WatchOptions());
+    }
 
     // Any request; `target` is path plus query. Non-2xx is returned as a response, not an error.
-    boost::asio::awaitable<Result<HttpResponse>> request(std::string_view method, std::string_view target,
-                                                         std::string body = {},
-                                                         std::string_view content_type = {});
+    boost::asio::awaitable<Result<HttpResponse>> request(std::string method, std::string target, std::string body,
+                                                         std::string content_type);
+    boost::asio::awaitable<Result<HttpResponse>> request(std::string method, std::string target) {
+        return request(std::move(method), std::move(target), std::string(), std::string());
+    }
 
     struct Impl;
 
 private:
-    std::shared_ptr<Impl> impl_;
+    std::shared_ptr<Impl> impl_{};
 };
 
 }  // namespace kubesandbox

@@ -15,36 +15,36 @@ namespace kubesandbox {
 
 // users[].user.exec of a kubeconfig: a program printing an ExecCredential.
 struct ExecCredentialConfig {
-    std::string api_version;  // client.authentication.k8s.io/v1 or v1beta1
-    std::string command;
-    std::vector<std::string> args;
-    std::vector<std::pair<std::string, std::string>> env;
+    std::string api_version{};  // client.authentication.k8s.io/v1 or v1beta1
+    std::string command{};
+    std::vector<std::string> args{};
+    std::vector<std::pair<std::string, std::string>> env{};
     bool provide_cluster_info = false;
-    std::string install_hint;
-    std::string interactive_mode;  // Never | IfAvailable | Always; we never attach a TTY
+    std::string install_hint{};
+    std::string interactive_mode{};  // Never | IfAvailable | Always; we never attach a TTY
 };
 
 struct KubeConfig {
-    std::string server;  // https://host:port[/prefix] or http://127.0.0.1:port
+    std::string server{};  // https://host:port[/prefix] or http://127.0.0.1:port
     std::string namespace_name = "default";
-    std::string context_name;
-    std::string cluster_name;
-    std::string user_name;
+    std::string context_name{};
+    std::string cluster_name{};
+    std::string user_name{};
 
     // TLS (PEM text, already read from files and base64-decoded)
-    std::string certificate_authority_pem;
-    std::string client_certificate_pem;
-    std::string client_key_pem;
+    std::string certificate_authority_pem{};
+    std::string client_certificate_pem{};
+    std::string client_key_pem{};
     bool insecure_skip_tls_verify = false;
-    std::string tls_server_name;
+    std::string tls_server_name{};
     std::string proxy_url;  // http://proxy:port (HTTP CONNECT); empty = HTTPS_PROXY/NO_PROXY rules
 
     // Authentication, first that is set wins: token, token_file, exec, basic.
-    std::string token;
+    std::string token{};
     std::string token_file;  // re-read periodically (service-account tokens rotate)
-    std::optional<ExecCredentialConfig> exec;
-    std::string username;
-    std::string password;
+    std::optional<ExecCredentialConfig> exec{};
+    std::string username{};
+    std::string password{};
 
     // Explicit URL + bearer token.
     static KubeConfig from_url(std::string server, std::string token = {},
@@ -53,9 +53,9 @@ struct KubeConfig {
 
 struct KubeConfigLoadOptions {
     // Files to merge, in order; empty = $KUBECONFIG (path list) or else ~/.kube/config.
-    std::vector<std::filesystem::path> paths;
-    std::optional<std::string> context;         // overrides current-context
-    std::optional<std::string> namespace_name;  // overrides the context's namespace
+    std::vector<std::filesystem::path> paths{};
+    std::optional<std::string> context{};         // overrides current-context
+    std::optional<std::string> namespace_name{};  // overrides the context's namespace
 };
 
 // Loads and merges kubeconfig files with kubectl's rules (first file to define a name wins,
