@@ -176,6 +176,8 @@ public:
     }
 
     struct Impl;
+    // For kubesandbox's own components (exec sessions, tunnels); opaque to users.
+    const std::shared_ptr<Impl>& impl() const noexcept { return impl_; }
 
 private:
     std::shared_ptr<Impl> impl_{};

@@ -462,8 +462,9 @@ asio::awaitable<Result<json::object>> KubeClient::replace(const ResourcePath& pa
 }
 
 asio::awaitable<Result<json::object>> KubeClient::patch(const ResourcePath& path, json::value body, PatchType type) {
-    auto r = co_await impl_->execute(
-        {"PATCH", path.str(), json::serialize(body), std::string(proto::patch_content_type(type)), true});
+    kube::RawRequest raw_request{"PATCH", path.str(), json::serialize(body),
+                                 std::string(proto::patch_content_type(type)), true};
+    auto r = co_await impl_->execute(std::move(raw_request));
     if (!r) co_return fail(r.error());
     if (r->status >= 300) co_return fail(error_of(*r));
     co_return proto::decode_object(r->body);

@@ -104,7 +104,11 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
-// Beast websocket teardown hooks, found by argument-dependent lookup.
+// Beast hooks, found by argument-dependent lookup: websocket timeouts close the socket, and
+// the close handshake tears the stream down.
+inline void beast_close_socket(AnyStream& stream) { stream.close(); }
+
+// Beast websocket teardown hooks.
 void teardown(boost::beast::role_type role, AnyStream& stream, error_code& ec);
 
 template <class TeardownHandler>

@@ -419,3 +419,26 @@ TEST_F(ClientTest, CallerCancellationEndsRequestPromptly) {
         EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
     }, 4s);
 }
+
+TEST_F(ClientTest, PatchSendsContentTypeAndIsRetriedAsIdempotent) {
+    std::atomic<int> calls = 0;
+    FakeServer server(io, [&](const FakeRequest& r) {
+        EXPECT_EQ(r.method, "PATCH");
+        EXPECT_EQ(r.headers.at("content-type"), "application/json-patch+json");
+        EXPECT_EQ(r.body, R"([{"op":"add","path":"/metadata/labels/a","value":"b"}])");
+        if (++calls == 1) return FakeReply{http_response(503, "overloaded", "text/plain", {{"Retry-After", "0"}})};
+        return FakeReply{http_response(200, R"({"kind":"Pod","metadata":{"labels":{"a":"b"}}})")};
+    });
+    ks::KubeClient client(io.get_executor(), ks::KubeConfig::from_url(server.url()), fast_options());
+    json::array ops;
+    json::object op;
+    op["op"] = "add";
+    op["path"] = "/metadata/labels/a";
+    op["value"] = "b";
+    ops.push_back(op);
+    run([&]() -> asio::awaitable<void> {
+        auto r = co_await client.patch(pods.with_name("p"), ops, ks::PatchType::json);
+        EXPECT_TRUE(r.has_value());
+    });
+    EXPECT_EQ(calls.load(), 2);
+}

@@ -1,0 +1,59 @@
+// A sandbox that is a plain Pod, reached through the API server's pods/exec WebSocket
+// (v5.channel.k8s.io, falling back to v4). Works on any cluster; used by raw mode.
+#pragma once
+
+#include <kubesandbox/kube_client.hpp>
+#include <kubesandbox/sandbox.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kubesandbox {
+
+struct KubernetesSandboxOptions {
+    std::string container{"sandbox"};
+    std::string shell{"/bin/sh"};
+    std::string workdir{"/workspace"};
+    std::size_t max_output_bytes{1024 * 1024};
+    std::chrono::seconds default_timeout{1800};
+    std::size_t max_parallel_transfers{4};
+    // Called after each command (and may be called after a reconnect), never awaited by
+    // execute(): the provider uses it to record last-activity.
+    std::function<void()> on_activity{};
+};
+
+class KubernetesSandbox final : public Sandbox {
+public:
+    KubernetesSandbox(KubeClient client, std::string namespace_name, std::string pod_name,
+                      KubernetesSandboxOptions options);
+    ~KubernetesSandbox() override;
+
+    const std::string& id() const override { return id_; }
+    const std::string& namespace_name() const { return namespace_; }
+    const std::string& pod_name() const { return pod_; }
+    const KubernetesSandboxOptions& options() const { return options_; }
+
+    using Sandbox::execute;
+    boost::asio::awaitable<Result<ExecuteResponse>> execute(std::string command,
+                                                            std::optional<std::chrono::seconds> timeout) override;
+    boost::asio::awaitable<Result<std::vector<FileUploadResponse>>> upload_files(
+        std::vector<std::pair<std::string, std::string>> files) override;
+    boost::asio::awaitable<Result<std::vector<FileDownloadResponse>>> download_files(
+        std::vector<std::string> paths) override;
+
+    // Runs argv directly (no shell), feeding `stdin_data` (closed afterwards on v5). For tools.
+    boost::asio::awaitable<Result<ExecuteResponse>> run(std::vector<std::string> argv, std::string stdin_data,
+                                                        std::optional<std::chrono::seconds> timeout);
+
+private:
+    KubeClient client_;
+    std::string namespace_;
+    std::string pod_;
+    std::string id_;
+    KubernetesSandboxOptions options_;
+};
+
+}  // namespace kubesandbox

@@ -1,0 +1,251 @@
+#include "kube/exec_session.hpp"
+
+#include "kube/client_impl.hpp"
+#include "proto/channel_protocol.hpp"
+#include "proto/exec_status.hpp"
+#include "proto/status.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/websocket.hpp>
+
+namespace kubesandbox::kube {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using namespace asio::experimental::awaitable_operators;
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+namespace {
+
+constexpr std::size_t max_stdin_message = 32 * 1024;
+constexpr const char* offered_protocols = "v5.channel.k8s.io, v4.channel.k8s.io";
+
+using WebSocket = websocket::stream<net::AnyStream>;
+
+std::string exec_target(const ExecTarget& t) {
+    ResourcePath p;
+    p.plural = "pods";
+    p.namespace_name = t.namespace_name;
+    p.name = t.pod;
+    p.subresource = "exec";
+    std::vector<std::pair<std::string, std::string>> q;
+    for (const auto& arg : t.command) q.emplace_back("command", arg);
+    if (!t.container.empty()) q.emplace_back("container", t.container);
+    q.emplace_back("stderr", "true");
+    if (t.stdin) q.emplace_back("stdin", "true");
+    q.emplace_back("stdout", "true");
+    return p.str() + proto::query_string(q);
+}
+
+void add_capped(std::string& sink, std::string_view data, std::size_t cap, bool& truncated) {
+    if (sink.size() >= cap) {
+        if (!data.empty()) truncated = true;
+        return;
+    }
+    const std::size_t room = cap - sink.size();
+    if (data.size() > room) {
+        truncated = true;
+        data = data.substr(0, room);
+    }
+    sink.append(data);
+}
+
+struct Session {
+    std::unique_ptr<WebSocket> ws;
+    bool v5 = false;
+};
+
+// Opens the WebSocket: connection, upgrade with auth and subprotocols, protocol check.
+asio::awaitable<Result<Session>> open_session(KubeClient::Impl& client, const ExecTarget& target) {
+    bool refreshed = false;
+    for (int attempt = 0;; ++attempt) {
+        auto auth = co_await client.authorization(refreshed);
+        if (!auth) co_return fail(auth.error());
+        auto stream = co_await client.connect();
+        if (!stream) {
+            // Nothing ran yet: one retry of a failed connect is always safe.
+            if (attempt == 0 && !stream.error().is(errc::invalid_config)) continue;
+            co_return fail(stream.error());
+        }
+        auto ws = std::make_unique<WebSocket>(std::move(*stream));
+        const std::string authorization = *auth;
+        const std::string user_agent = client.options.user_agent;
+        ws->set_option(websocket::stream_base::decorator([authorization, user_agent](websocket::request_type& req) {
+            if (!authorization.empty()) req.set(http::field::authorization, authorization);
+            req.set(http::field::sec_websocket_protocol, offered_protocols);
+            req.set(http::field::user_agent, user_agent);
+        }));
+        websocket::stream_base::timeout timeouts{};
+        timeouts.handshake_timeout = client.options.request_timeout;
+        timeouts.idle_timeout = std::chrono::seconds(60);  // pings every 30 s keep it alive
+        timeouts.keep_alive_pings = true;
+        ws->set_option(timeouts);
+        ws->binary(true);
+        ws->auto_fragment(false);  // the API server treats every frame as a message
+        ws->read_message_max(64 * 1024 * 1024);
+
+        websocket::response_type res;
+        const std::string target_path = client.full_target(exec_target(target));
+        auto [ec] = co_await ws->async_handshake(res, client.host_header(), target_path, use_tuple);
+        if (ec == websocket::error::upgrade_declined || (!ec && res.result_int() != 101)) {
+            ws->next_layer().close();
+            if (res.result_int() == 401 && !refreshed && (client.exec_provider || !client.config.token_file.empty())) {
+                refreshed = true;
+                continue;
+            }
+            co_return fail(proto::error_from_response(res.result_int(), std::string(res[http::field::content_type]),
+                                                      res.body(), std::string(res[http::field::retry_after])));
+        }
+        if (ec) {
+            ws->next_layer().close();
+            co_return fail(make_error(ec, "exec WebSocket handshake failed: " + ec.message()));
+        }
+        const auto chosen = res[http::field::sec_websocket_protocol];
+        if (chosen != "v5.channel.k8s.io" && chosen != "v4.channel.k8s.io") {
+            ws->next_layer().close();
+            co_return fail(errc::invalid_response,
+                           "the server accepted the exec upgrade without a subprotocol we offered (got \"" +
+                               std::string(chosen) + "\")");
+        }
+        Session s;
+        s.v5 = chosen == "v5.channel.k8s.io";
+        s.ws = std::move(ws);
+        co_return s;
+    }
+}
+
+struct ReadResult {
+    std::optional<Error> error;
+};
+
+asio::awaitable<ReadResult> read_loop(WebSocket& ws, ExecOutcome& out, std::string& status,
+                                      const ExecRunOptions& options, bool& finished) {
+    beast::flat_buffer buffer;
+    for (;;) {
+        auto [ec, n] = co_await ws.async_read(buffer, use_tuple);
+        if (ec) {
+            finished = true;
+            ws.next_layer().close();  // wakes a stdin writer blocked on a peer that stopped reading
+            if (ec == websocket::error::closed) {
+                out.closed_cleanly = ws.reason().code == websocket::close_code::normal;
+                if (!out.closed_cleanly && status.empty())
+                    co_return ReadResult{make_error(errc::connection_closed, "exec WebSocket closed with code " +
+                                                                                 std::to_string(ws.reason().code))};
+                co_return ReadResult{};
+            }
+            co_return ReadResult{make_error(errc::connection_closed, "exec connection lost: " + ec.message())};
+        }
+        if (!ws.got_binary()) {
+            finished = true;
+            ws.next_layer().close();
+            co_return ReadResult{make_error(errc::invalid_response, "exec server sent a text message on a binary protocol")};
+        }
+        std::string_view message(static_cast<const char*>(buffer.data().data()), buffer.size());
+        if (!message.empty()) {
+            auto frame = proto::decode_channel_frame(message);
+            if (frame) {
+                switch (frame->channel) {
+                case 1: add_capped(out.stdout_data, frame->payload, options.max_stdout, out.stdout_truncated); break;
+                case 2: add_capped(out.stderr_data, frame->payload, options.max_stderr, out.stderr_truncated); break;
+                case 3:
+                    if (status.size() < 1024 * 1024) status.append(frame->payload);
+                    break;
+                default: break;  // 255 close signals and unknown channels need no action here
+                }
+            }
+        }
+        buffer.consume(buffer.size());
+    }
+}
+
+asio::awaitable<std::optional<Error>> write_stdin(WebSocket& ws, const std::string& data, bool v5, const bool& finished) {
+    std::size_t pos = 0;
+    while (pos < data.size() && !finished) {
+        const std::size_t n = std::min(max_stdin_message, data.size() - pos);
+        std::string msg = proto::encode_channel_frame(0, std::string_view(data).substr(pos, n));
+        auto [ec, written] = co_await ws.async_write(asio::buffer(msg), use_tuple);
+        // The command may exit without reading its input: the reader reports the outcome.
+        if (ec) co_return std::nullopt;
+        pos += n;
+    }
+    if (v5 && !finished) {
+        std::string close = proto::encode_close_signal(0);
+        co_await ws.async_write(asio::buffer(close), use_tuple);
+    }
+    co_return std::nullopt;
+}
+
+asio::awaitable<Result<ExecOutcome>> run_on_strand(std::shared_ptr<KubeClient::Impl> client, ExecTarget target,
+                                                   ExecRunOptions options) {
+    auto session = co_await open_session(*client, target);
+    if (!session) co_return fail(session.error());
+    ExecOutcome out;
+    out.protocol = session->v5 ? "v5.channel.k8s.io" : "v4.channel.k8s.io";
+    WebSocket& ws = *session->ws;
+
+    // Watchdog: on the deadline, close the socket; the read loop then ends.
+    bool finished = false;
+    struct Watch {
+        bool timed_out = false;
+        bool done = false;  // set before `ws` dies, so a late timer handler does nothing
+    };
+    auto watch = std::make_shared<Watch>();
+    auto timer = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor);
+    if (options.timeout) {
+        timer->expires_after(*options.timeout);
+        timer->async_wait([timer, watch, &ws](boost::system::error_code ec) {
+            if (ec || watch->done) return;
+            watch->timed_out = true;
+            ws.next_layer().close();
+        });
+    }
+
+    std::string status;
+    ReadResult read;
+    if (target.stdin) {
+        const bool v5 = session->v5;
+        auto both = co_await (read_loop(ws, out, status, options, finished) && write_stdin(ws, options.stdin_data, v5, finished));
+        read = std::move(std::get<0>(both));
+    } else {
+        read = co_await read_loop(ws, out, status, options, finished);
+    }
+    watch->done = true;
+    timer->cancel();
+    ws.next_layer().close();
+    if (watch->timed_out) {
+        out.timed_out = true;
+        co_return out;
+    }
+    if (!status.empty()) {
+        auto code = proto::decode_exec_status(status);
+        if (!code) co_return fail(code.error());
+        out.exit_code = *code;
+        co_return out;
+    }
+    if (read.error) co_return fail(std::move(*read.error));
+    co_return out;
+}
+
+}  // namespace
+
+asio::awaitable<Result<ExecOutcome>> run_exec(std::shared_ptr<KubeClient::Impl> client, ExecTarget target,
+                                              ExecRunOptions options) {
+    // Every operation of one session runs on its own strand: safe on a multi-threaded io_context.
+    auto strand = asio::make_strand(client->executor);
+    auto op = [client = std::move(client), target = std::move(target),
+               options = std::move(options)]() mutable -> asio::awaitable<Result<ExecOutcome>> {
+        co_return co_await run_on_strand(std::move(client), std::move(target), std::move(options));
+    };
+    co_return co_await asio::co_spawn(strand, std::move(op), asio::use_awaitable);
+}
+
+}  // namespace kubesandbox::kube

@@ -1,0 +1,50 @@
+// One pods/exec session over WebSocket (v5.channel.k8s.io, else v4.channel.k8s.io), and a
+// runner that collects output with caps, a deadline and stdin. Internal.
+#pragma once
+
+#include <kubesandbox/kube_client.hpp>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kubesandbox::kube {
+
+struct ExecTarget {
+    std::string namespace_name{};
+    std::string pod{};
+    std::string container{};
+    std::vector<std::string> command{};
+    bool stdin{};
+};
+
+struct ExecOutcome {
+    std::string stdout_data{};
+    std::string stderr_data{};
+    bool stdout_truncated{};
+    bool stderr_truncated{};
+    std::optional<int> exit_code{};
+    bool timed_out{};
+    bool closed_cleanly{};  // the server closed the WebSocket normally (1000)
+    std::string protocol{};
+};
+
+struct ExecRunOptions {
+    std::string stdin_data{};
+    std::size_t max_stdout{SIZE_MAX};
+    std::size_t max_stderr{SIZE_MAX};
+    std::optional<std::chrono::steady_clock::duration> timeout{};
+};
+
+// Runs one exec session to completion on a strand of the client's executor. Errors: the
+// upgrade was refused (typed from the Status), the connection broke (errc::connection_closed),
+// or the server reported the command could not run (errc::pod_failed).
+boost::asio::awaitable<Result<ExecOutcome>> run_exec(std::shared_ptr<KubeClient::Impl> client, ExecTarget target,
+                                                     ExecRunOptions options);
+
+}  // namespace kubesandbox::kube

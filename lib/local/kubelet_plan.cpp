@@ -1,0 +1,388 @@
+// Sans-IO parts of the local kubelet (see kubelet_plan.hpp).
+#include "local/kubelet_plan.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/string.hpp>
+#include <boost/json/value.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <ctime>
+#include <set>
+
+namespace kubesandbox::local {
+
+namespace json = boost::json;
+
+namespace {
+
+std::string_view strip_registry(std::string_view image) {
+    for (std::string_view prefix : {"docker.io/library/", "docker.io/", "index.docker.io/library/"}) {
+        if (image.substr(0, prefix.size()) == prefix) return image.substr(prefix.size());
+    }
+    return image;
+}
+
+bool pattern_matches(std::string_view pattern, std::string_view image) {
+    if (!pattern.empty() && pattern.back() == '*') {
+        auto prefix = pattern.substr(0, pattern.size() - 1);
+        return image.substr(0, prefix.size()) == prefix;
+    }
+    return pattern == image;
+}
+
+ImageRoot root_from_value(const std::string& value) {
+    ImageRoot root;
+    if (value == "host") {
+        root.kind = ImageRoot::Kind::host;
+        root.id = "local://host";
+    } else if (value == "busybox") {
+        root.kind = ImageRoot::Kind::busybox;
+        root.id = "local://busybox";
+    } else {
+        root.kind = ImageRoot::Kind::directory;
+        root.directory = value;
+        root.id = "local://" + value;
+    }
+    return root;
+}
+
+std::string get_string(const json::object& o, std::string_view key) {
+    if (auto* v = o.if_contains(key); v && v->is_string()) return std::string(v->get_string());
+    return {};
+}
+
+const json::object* get_object(const json::object& o, std::string_view key) {
+    if (auto* v = o.if_contains(key); v && v->is_object()) return &v->get_object();
+    return nullptr;
+}
+
+const json::array* get_array(const json::object& o, std::string_view key) {
+    if (auto* v = o.if_contains(key); v && v->is_array()) return &v->get_array();
+    return nullptr;
+}
+
+std::optional<std::int64_t> get_int(const json::object* o, std::string_view key) {
+    if (!o) return std::nullopt;
+    auto* v = o->if_contains(key);
+    if (!v) return std::nullopt;
+    if (v->is_int64()) return v->get_int64();
+    if (v->is_uint64()) return static_cast<std::int64_t>(v->get_uint64());
+    return std::nullopt;
+}
+
+std::optional<bool> get_bool(const json::object* o, std::string_view key) {
+    if (!o) return std::nullopt;
+    if (auto* v = o->if_contains(key); v && v->is_bool()) return v->get_bool();
+    return std::nullopt;
+}
+
+std::string join(const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& s : v) {
+        if (!out.empty()) out += ' ';
+        out += s;
+    }
+    return out;
+}
+
+}  // namespace
+
+std::optional<ImageRoot> resolve_image(const std::map<std::string, std::string>& images,
+                                       std::string_view image) {
+    if (image.empty()) return std::nullopt;
+    std::string_view short_name = strip_registry(image);
+    // Exact entries first, then the longest matching prefix.
+    for (std::string_view candidate : {image, short_name}) {
+        if (auto it = images.find(std::string(candidate)); it != images.end()) return root_from_value(it->second);
+    }
+    const std::pair<const std::string, std::string>* best = nullptr;
+    for (const auto& entry : images) {
+        if (pattern_matches(entry.first, image) || pattern_matches(entry.first, short_name)) {
+            if (!best || entry.first.size() > best->first.size()) best = &entry;
+        }
+    }
+    if (best) return root_from_value(best->second);
+    static const std::pair<std::string_view, std::string_view> defaults[] = {
+        {"python", "host"}, {"python:*", "host"}, {"python@*", "host"}, {"ubuntu*", "host"},
+        {"debian*", "host"}, {"busybox*", "busybox"},
+    };
+    for (const auto& [pattern, value] : defaults) {
+        if (pattern_matches(pattern, short_name)) return root_from_value(std::string(value));
+    }
+    return std::nullopt;
+}
+
+std::vector<std::string> default_image_command(std::string_view image, const ImageRoot& root) {
+    std::string_view name = strip_registry(image);
+    if (root.kind == ImageRoot::Kind::host) {
+        if (name.substr(0, 6) == "python") return {"python3"};
+        return {"bash"};
+    }
+    return {"sh"};
+}
+
+PlanResult plan_container(const json::object& pod, const json::object& container,
+                          const std::map<std::string, std::string>& images,
+                          const std::filesystem::path& pod_dir) {
+    PlanResult result;
+    ContainerPlan plan;
+    plan.name = get_string(container, "name");
+    plan.image = get_string(container, "image");
+    auto root = resolve_image(images, plan.image);
+    if (!root) {
+        result.error = PlanError{
+            "ErrImagePull",
+            "Failed to pull image \"" + plan.image + "\": rpc error: code = NotFound desc = failed to pull and unpack image \"" +
+                plan.image + "\": image is not available in the local cluster (known images: python*, ubuntu*, debian*, busybox* and the configured ones)"};
+        return result;
+    }
+    plan.root = *root;
+
+    const json::object* spec = get_object(pod, "spec");
+    static const json::object empty;
+    if (!spec) spec = &empty;
+
+    // Command: command replaces the image entrypoint, args its CMD.
+    std::vector<std::string> command, args;
+    if (auto* a = get_array(container, "command")) {
+        for (const auto& v : *a) command.emplace_back(v.is_string() ? std::string(v.get_string()) : std::string());
+    }
+    if (auto* a = get_array(container, "args")) {
+        for (const auto& v : *a) args.emplace_back(v.is_string() ? std::string(v.get_string()) : std::string());
+    }
+    if (command.empty()) command = args.empty() ? default_image_command(plan.image, plan.root) : std::vector<std::string>{};
+    plan.argv = command;
+    plan.argv.insert(plan.argv.end(), args.begin(), args.end());
+    if (plan.argv.empty()) plan.argv = default_image_command(plan.image, plan.root);
+
+    // User: container securityContext wins over the pod's; the images' default user is root.
+    const json::object* pod_sc = get_object(*spec, "securityContext");
+    const json::object* sc = get_object(container, "securityContext");
+    auto uid = get_int(sc, "runAsUser");
+    if (!uid) uid = get_int(pod_sc, "runAsUser");
+    auto gid = get_int(sc, "runAsGroup");
+    if (!gid) gid = get_int(pod_sc, "runAsGroup");
+    plan.uid = static_cast<std::uint32_t>(uid.value_or(0));
+    plan.gid = static_cast<std::uint32_t>(gid.value_or(0));
+    auto non_root = get_bool(sc, "runAsNonRoot");
+    if (!non_root) non_root = get_bool(pod_sc, "runAsNonRoot");
+    if (non_root.value_or(false) && plan.uid == 0) {
+        result.error = PlanError{"CreateContainerConfigError",
+                                 "container has runAsNonRoot and image will run as root (pod: \"" +
+                                     get_string(*get_object(pod, "metadata"), "name") + "\", container: " + plan.name + ")"};
+        return result;
+    }
+    plan.read_only_root = get_bool(sc, "readOnlyRootFilesystem").value_or(false);
+    if (sc) {
+        if (auto* caps = get_object(*sc, "capabilities")) {
+            if (auto* drop = get_array(*caps, "drop")) {
+                for (const auto& d : *drop) {
+                    if (d.is_string() && d.get_string() == "ALL") plan.drop_all_caps = true;
+                }
+            }
+        }
+    }
+
+    // Environment: image defaults, then the container's values (valueFrom is not resolved).
+    std::map<std::string, std::string> env_map;
+    env_map["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    env_map["HOSTNAME"] = get_string(*get_object(pod, "metadata"), "name");
+    env_map["HOME"] = plan.uid == 0 ? "/root" : "/";
+    std::vector<std::string> order = {"PATH", "HOSTNAME", "HOME"};
+    if (auto* env = get_array(container, "env")) {
+        for (const auto& e : *env) {
+            if (!e.is_object()) continue;
+            std::string key = get_string(e.get_object(), "name");
+            if (key.empty()) continue;
+            if (e.get_object().contains("valueFrom")) {
+                plan.warnings.push_back("env " + key + ": valueFrom is not supported by the local cluster; set to \"\"");
+            }
+            if (!env_map.count(key)) order.push_back(key);
+            env_map[key] = get_string(e.get_object(), "value");
+        }
+    }
+    for (const auto& key : order) plan.env.push_back(key + "=" + env_map[key]);
+
+    plan.working_dir = get_string(container, "workingDir");
+    if (plan.working_dir.empty() || plan.working_dir.front() != '/') plan.working_dir = "/workspace";
+
+    // Volumes: emptyDir becomes a private directory; other sources are not backed by anything
+    // on a local node and mount as empty read-only directories (never host paths).
+    std::map<std::string, bool> volume_is_empty_dir;
+    if (auto* vols = get_array(*spec, "volumes")) {
+        for (const auto& v : *vols) {
+            if (!v.is_object()) continue;
+            volume_is_empty_dir[get_string(v.get_object(), "name")] = v.get_object().contains("emptyDir");
+        }
+    }
+    std::set<std::string> mounted_paths;
+    if (auto* mounts = get_array(container, "volumeMounts")) {
+        for (const auto& m : *mounts) {
+            if (!m.is_object()) continue;
+            MountPlan mp;
+            mp.name = get_string(m.get_object(), "name");
+            mp.path = get_string(m.get_object(), "mountPath");
+            if (mp.path.empty() || mp.path.front() != '/') continue;
+            while (mp.path.size() > 1 && mp.path.back() == '/') mp.path.pop_back();
+            mp.read_only = get_bool(&m.get_object(), "readOnly").value_or(false);
+            auto it = volume_is_empty_dir.find(mp.name);
+            if (it == volume_is_empty_dir.end()) {
+                result.error = PlanError{"CreateContainerConfigError",
+                                         "volumeMount \"" + mp.name + "\" names no volume of the pod"};
+                return result;
+            }
+            if (it->second) {
+                mp.host_path = pod_dir / "volumes" / mp.name;
+            } else {
+                mp.host_path = pod_dir / "unsupported-volume";
+                mp.read_only = true;
+                plan.warnings.push_back("volume " + mp.name + ": only emptyDir volumes are backed by the local cluster");
+            }
+            if (auto sub = get_string(m.get_object(), "subPath"); !sub.empty() && sub.find("..") == std::string::npos &&
+                                                                   sub.front() != '/') {
+                mp.host_path /= sub;
+            }
+            mounted_paths.insert(mp.path);
+            plan.mounts.push_back(std::move(mp));
+        }
+    }
+    if (!mounted_paths.count(plan.working_dir)) {
+        plan.mounts.push_back(MountPlan{"", pod_dir / "workspace", plan.working_dir, false});
+    }
+    if (!mounted_paths.count("/tmp") && plan.working_dir != "/tmp") {
+        plan.mounts.push_back(MountPlan{"", pod_dir / "tmp", "/tmp", false});
+    }
+    // Parents before children so a nested mount is not hidden by its parent's bind.
+    std::stable_sort(plan.mounts.begin(), plan.mounts.end(),
+                     [](const MountPlan& a, const MountPlan& b) { return a.path.size() < b.path.size(); });
+    result.plan = std::move(plan);
+    return result;
+}
+
+std::vector<std::string> bwrap_argv(const ContainerPlan& plan, const HostLayout& layout,
+                                    const std::string& hostname, int info_fd,
+                                    const std::vector<std::pair<std::string, std::string>>& root_entries) {
+    std::vector<std::string> a;
+    if (layout.outer_uid) {
+        auto id = std::to_string(*layout.outer_uid);
+        a = {"setpriv", "--reuid=" + id, "--regid=" + id, "--clear-groups", "--"};
+    }
+    a.insert(a.end(), {"bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--info-fd",
+                       std::to_string(info_fd), "--hostname", hostname});
+    if (plan.root.kind == ImageRoot::Kind::host) {
+        a.insert(a.end(), {"--ro-bind", "/usr", "/usr"});
+        for (const auto& [name, target] : layout.symlinks) a.insert(a.end(), {"--symlink", target, "/" + name});
+        for (const auto& dir : layout.dirs) a.insert(a.end(), {"--ro-bind", "/" + dir, "/" + dir});
+    } else {
+        std::filesystem::path root =
+            plan.root.kind == ImageRoot::Kind::busybox ? layout.busybox_root : plan.root.directory;
+        for (const auto& [name, target] : root_entries) {
+            if (name == "proc" || name == "dev" || name == "tmp") continue;
+            if (!target.empty()) {
+                a.insert(a.end(), {"--symlink", target, "/" + name});
+            } else {
+                a.insert(a.end(), {"--ro-bind", (root / name).string(), "/" + name});
+            }
+        }
+    }
+    a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev"});
+    for (const auto& m : plan.mounts) {
+        a.insert(a.end(), {m.read_only ? "--ro-bind" : "--bind", m.host_path.string(), m.path});
+    }
+    a.insert(a.end(), {"--uid", std::to_string(plan.uid), "--gid", std::to_string(plan.gid)});
+    if (plan.drop_all_caps) a.insert(a.end(), {"--cap-drop", "ALL"});
+    if (plan.read_only_root) a.insert(a.end(), {"--remount-ro", "/"});
+    a.insert(a.end(), {"--chdir", plan.working_dir, "--"});
+    a.insert(a.end(), plan.argv.begin(), plan.argv.end());
+    return a;
+}
+
+std::vector<std::string> exec_argv(const ContainerPlan& plan, int pod_pid, const std::vector<std::string>& command) {
+    std::vector<std::string> a = {"nsenter", "-t", std::to_string(pod_pid), "-a",
+                                  "-S", std::to_string(plan.uid), "-G", std::to_string(plan.gid),
+                                  "-W", plan.working_dir, "--"};
+    a.insert(a.end(), command.begin(), command.end());
+    return a;
+}
+
+int parse_child_pid(std::string_view info_json) {
+    boost::system::error_code ec;
+    json::value v = json::parse(info_json, ec);
+    if (ec || !v.is_object()) return 0;
+    auto pid = get_int(&v.get_object(), "child-pid");
+    return pid ? static_cast<int>(*pid) : 0;
+}
+
+std::string format_time(std::int64_t unix_seconds) {
+    std::time_t t = static_cast<std::time_t>(unix_seconds);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+bool query_bool(std::optional<std::string_view> value) {
+    if (!value) return false;
+    if (*value == "0") return false;
+    std::string lower(*value);
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    return lower != "false";
+}
+
+json::object exec_exit_status(int exit_code, const std::vector<std::string>& command) {
+    if (exit_code == 0) return json::object{{"metadata", json::object{}}, {"status", "Success"}};
+    auto code = std::to_string(exit_code);
+    return json::object{
+        {"metadata", json::object{}},
+        {"status", "Failure"},
+        {"message", "command terminated with non-zero exit code: error executing command [" + join(command) +
+                        "], exit code " + code},
+        {"reason", "NonZeroExitCode"},
+        {"details", json::object{{"causes", json::array{json::object{{"reason", "ExitCode"}, {"message", code}}}}}},
+    };
+}
+
+json::object exec_internal_error(std::string_view message) {
+    std::string msg = "Internal error occurred: " + std::string(message);
+    return json::object{
+        {"metadata", json::object{}},
+        {"status", "Failure"},
+        {"message", msg},
+        {"reason", "InternalError"},
+        {"details", json::object{{"causes", json::array{json::object{{"message", message}}}}}},
+        {"code", 500},
+    };
+}
+
+void FrameSniffer::feed(const unsigned char* data, std::size_t n) {
+    while (n > 0) {
+        if (skip_ > 0) {
+            auto take = static_cast<std::size_t>(std::min<std::uint64_t>(skip_, n));
+            skip_ -= take;
+            data += take;
+            n -= take;
+            continue;
+        }
+        header_[have_++] = *data++;
+        --n;
+        if (have_ < 2) continue;
+        std::size_t len7 = header_[1] & 0x7f;
+        std::size_t need = 2 + (len7 == 126 ? 2 : len7 == 127 ? 8 : 0) + ((header_[1] & 0x80) ? 4 : 0);
+        if (have_ < need) continue;
+        std::uint64_t len = len7;
+        if (len7 == 126) len = (std::uint64_t(header_[2]) << 8) | header_[3];
+        if (len7 == 127) {
+            len = 0;
+            for (int i = 0; i < 8; ++i) len = (len << 8) | header_[2 + i];
+        }
+        bool fin = header_[0] & 0x80;
+        unsigned opcode = header_[0] & 0x0f;
+        if (!fin || opcode == 0) fragmented_ = true;
+        skip_ = len;
+        have_ = 0;
+    }
+}
+
+}  // namespace kubesandbox::local

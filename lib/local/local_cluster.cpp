@@ -1,0 +1,265 @@
+// LocalCluster: owns the io_context thread, the listener, the API server and the kubelet.
+#include <kubesandbox/local_cluster.hpp>
+
+#include "local/api_server.hpp"
+#include "local/kubelet.hpp"
+#include "local/store.hpp"
+#include "local/tls_certs.hpp"
+#include "net/any_stream.hpp"
+#include "proto/kubeconfig.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <fstream>
+#include <future>
+#include <thread>
+#include <unistd.h>
+
+namespace kubesandbox {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using asio::ip::tcp;
+
+struct LocalCluster::Impl {
+    LocalClusterOptions options;
+    std::string token;
+    std::string url;
+    std::uint16_t port = 0;
+    local::ServingCerts certs;
+    std::filesystem::path data_dir;
+    bool remove_data_dir = false;
+
+    local::FaultList faults;
+    asio::io_context ioc{1};
+    // Keeps run() going while stop() drains connections.
+    asio::executor_work_guard<asio::io_context::executor_type> work{ioc.get_executor()};
+    std::optional<asio::ssl::context> ssl;
+    std::optional<tcp::acceptor> acceptor;
+    std::unique_ptr<local::ApiServer> api;
+    std::unique_ptr<local::Kubelet> kubelet;
+    std::thread thread;
+    bool stopped = false;
+    std::mutex stop_mutex;
+
+    asio::awaitable<void> accept_loop() {
+        for (;;) {
+            auto [ec, socket] = co_await acceptor->async_accept(asio::as_tuple(asio::use_awaitable));
+            if (ec) {
+                if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
+                continue;
+            }
+            socket.set_option(tcp::no_delay(true), ec);
+            asio::co_spawn(ioc, serve_connection(std::move(socket)), asio::detached);
+        }
+    }
+
+    asio::awaitable<void> serve_connection(tcp::socket socket) {
+        net::AnyStream stream;
+        if (ssl) {
+            stream = net::AnyStream::tls_server(std::move(socket), *ssl);
+            stream.expires_after(std::chrono::seconds(10));
+            auto [ec] = co_await stream.async_handshake(asio::as_tuple(asio::use_awaitable));
+            if (ec) {
+                stream.close();
+                co_return;
+            }
+        } else {
+            stream = net::AnyStream::tcp(std::move(socket));
+        }
+        co_await api->serve(std::move(stream));
+    }
+};
+
+LocalCluster::LocalCluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+LocalCluster::~LocalCluster() { stop(); }
+
+Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions options) {
+    auto impl = std::make_unique<Impl>();
+    impl->options = options;
+    impl->token = options.token.empty() ? local::random_token(24) : options.token;
+    if (options.tls) {
+        auto certs = local::generate_serving_certs();
+        if (!certs) return fail(certs.error());
+        impl->certs = std::move(*certs);
+        impl->ssl.emplace(asio::ssl::context::tls_server);
+        error_code ec;
+        impl->ssl->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                                   asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                                   asio::ssl::context::no_tlsv1_1,
+                               ec);
+        impl->ssl->use_certificate_chain(asio::buffer(impl->certs.cert_pem), ec);
+        if (!ec) impl->ssl->use_private_key(asio::buffer(impl->certs.key_pem), asio::ssl::context::pem, ec);
+        if (ec) return fail(make_error(ec, "cannot load the generated serving certificate"));
+    }
+    // Data directory.
+    std::error_code fec;
+    if (options.data_dir.empty()) {
+        std::string tmpl = (std::filesystem::temp_directory_path(fec) / "kubesandbox-local-XXXXXX").string();
+        if (!mkdtemp(tmpl.data())) return fail(errc::io_error, "cannot create a temporary data directory");
+        impl->data_dir = tmpl;
+        impl->remove_data_dir = true;
+        // mkdtemp makes it 0700; pods run as an unprivileged host uid that must traverse it.
+        std::filesystem::permissions(impl->data_dir, std::filesystem::perms::owner_all |
+                                                         std::filesystem::perms::group_read | std::filesystem::perms::group_exec |
+                                                         std::filesystem::perms::others_read | std::filesystem::perms::others_exec,
+                                     fec);
+    } else {
+        impl->data_dir = options.data_dir;
+        std::filesystem::create_directories(impl->data_dir, fec);
+        if (fec) return fail(errc::io_error, "cannot create data directory " + impl->data_dir.string() + ": " + fec.message());
+    }
+    // Listener.
+    error_code ec;
+    auto address = asio::ip::make_address(options.bind_address, ec);
+    if (ec) return fail(errc::invalid_argument, "invalid bind address: " + options.bind_address);
+    tcp::endpoint ep(address, options.port);
+    impl->acceptor.emplace(impl->ioc);
+    impl->acceptor->open(ep.protocol(), ec);
+    if (!ec) impl->acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) impl->acceptor->bind(ep, ec);
+    if (!ec) impl->acceptor->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return fail(make_error(ec, "cannot listen on " + options.bind_address + ":" + std::to_string(options.port)));
+    impl->port = impl->acceptor->local_endpoint().port();
+    std::string host = address.is_v6() ? "[" + options.bind_address + "]" : options.bind_address;
+    if (address.is_unspecified()) host = address.is_v6() ? "[::1]" : "127.0.0.1";
+    impl->url = std::string(options.tls ? "https://" : "http://") + host + ":" + std::to_string(impl->port);
+
+    local::ApiServerOptions api_opts;
+    api_opts.token = impl->token;
+    api_opts.continue_token_ttl = options.continue_token_ttl;
+    api_opts.server_address = host + ":" + std::to_string(impl->port);
+    impl->api = std::make_unique<local::ApiServer>(impl->ioc.get_executor(), api_opts, impl->faults);
+    local::KubeletOptions kopts;
+    kopts.data_dir = impl->data_dir / "pods";
+    kopts.images = options.images;
+    kopts.allow_no_isolation = options.allow_no_isolation;
+    local::ApiServer* api = impl->api.get();
+    impl->kubelet = std::make_unique<local::Kubelet>(
+        impl->ioc.get_executor(), kopts,
+        [api](const std::string& ns, const std::string& name, const std::string& uid, boost::json::object status) {
+            api->write_pod_status(ns, name, uid, std::move(status));
+        });
+    impl->api->set_kubelet(impl->kubelet.get());
+
+    Impl* raw = impl.get();
+    asio::co_spawn(impl->ioc, raw->accept_loop(), asio::detached);
+    impl->thread = std::thread([raw] {
+        for (;;) {
+            try {
+                raw->ioc.run();
+                break;
+            } catch (...) {
+                // A handler threw: keep serving (errors are values; this is a backstop).
+            }
+        }
+    });
+    return std::unique_ptr<LocalCluster>(new LocalCluster(std::move(impl)));
+}
+
+void LocalCluster::stop() {
+    if (!impl_) return;
+    std::lock_guard lock(impl_->stop_mutex);
+    if (impl_->stopped) return;
+    impl_->stopped = true;
+    Impl* raw = impl_.get();
+    if (raw->thread.joinable()) {
+        std::promise<void> done;
+        asio::post(raw->ioc, [raw, &done] {
+            error_code ec;
+            raw->acceptor->close(ec);
+            raw->api->shutdown();
+            raw->kubelet->shutdown();
+            done.set_value();
+        });
+        done.get_future().wait();
+        // Let the closed connections' coroutines finish before their objects go away.
+        for (int i = 0; i < 150; ++i) {
+            std::promise<std::size_t> open;
+            asio::post(raw->ioc, [raw, &open] { open.set_value(raw->api->open_connections()); });
+            if (open.get_future().get() == 0) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        raw->ioc.stop();
+        raw->thread.join();
+    }
+    raw->api.reset();
+    raw->kubelet.reset();
+    if (raw->remove_data_dir) {
+        std::error_code fec;
+        std::filesystem::remove_all(raw->data_dir, fec);
+    }
+}
+
+std::string LocalCluster::url() const { return impl_->url; }
+std::uint16_t LocalCluster::port() const { return impl_->port; }
+const std::string& LocalCluster::token() const { return impl_->token; }
+const std::string& LocalCluster::ca_pem() const { return impl_->certs.ca_pem; }
+bool LocalCluster::isolation_available() const { return impl_->kubelet && impl_->kubelet->isolation_available(); }
+
+KubeConfig LocalCluster::kube_config(std::string namespace_name) const {
+    KubeConfig c = KubeConfig::from_url(impl_->url, impl_->token, std::move(namespace_name));
+    c.certificate_authority_pem = impl_->certs.ca_pem;
+    c.context_name = "kubesandbox-local";
+    c.cluster_name = "kubesandbox-local";
+    c.user_name = "kubesandbox-local";
+    return c;
+}
+
+Result<void> LocalCluster::write_kubeconfig(const std::filesystem::path& path) const {
+    std::string y;
+    y += "apiVersion: v1\nkind: Config\nclusters:\n- name: kubesandbox-local\n  cluster:\n";
+    y += "    server: " + impl_->url + "\n";
+    if (!impl_->certs.ca_pem.empty())
+        y += "    certificate-authority-data: " + proto::base64_encode(impl_->certs.ca_pem) + "\n";
+    y += "users:\n- name: kubesandbox-local\n  user:\n    token: " + impl_->token + "\n";
+    y += "contexts:\n- name: kubesandbox-local\n  context:\n    cluster: kubesandbox-local\n    user: kubesandbox-local\n"
+         "    namespace: default\n";
+    y += "current-context: kubesandbox-local\npreferences: {}\n";
+    std::filesystem::path tmp = path;
+    tmp += ".tmp." + std::to_string(::getpid());
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        if (!out) return fail(errc::io_error, "cannot write " + tmp.string());
+        out << y;
+        out.close();
+        if (!out) return fail(errc::io_error, "cannot write " + tmp.string());
+    }
+    std::error_code ec;
+    std::filesystem::permissions(tmp, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
+                                 std::filesystem::perm_options::replace, ec);
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) return fail(errc::io_error, "cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
+    return {};
+}
+
+void LocalCluster::add_fault(FaultRule rule) { impl_->faults.add(std::move(rule)); }
+void LocalCluster::clear_faults() { impl_->faults.clear(); }
+
+void LocalCluster::expire_continue_tokens() {
+    std::promise<void> done;
+    asio::post(impl_->ioc, [this, &done] {
+        impl_->api->expire_continue_tokens();
+        done.set_value();
+    });
+    done.get_future().wait();
+}
+
+void LocalCluster::expire_watches() {
+    std::promise<void> done;
+    asio::post(impl_->ioc, [this, &done] {
+        impl_->api->expire_watches();
+        done.set_value();
+    });
+    done.get_future().wait();
+}
+
+}  // namespace kubesandbox

@@ -1,0 +1,16 @@
+// Port-forward for the local cluster's kubelet: serves pods/portforward in all three wire
+// variants (WebSocket v4.channel.k8s.io, SPDY/3.1 tunnelled in WebSocket, SPDY/3.1 over a plain
+// HTTP upgrade) and connects to 127.0.0.1:<port> inside the pod's network namespace.
+#pragma once
+
+#include "local/kubelet.hpp"
+
+#include <boost/asio/awaitable.hpp>
+
+namespace kubesandbox::local {
+
+// Owns the request's connection until the session ends. `pod_pid` is a process inside the pod's
+// network namespace (/proc/<pid>/ns/net); 0 means the host network namespace (tests).
+boost::asio::awaitable<void> serve_port_forward(StreamRequest request, int pod_pid);
+
+}  // namespace kubesandbox::local

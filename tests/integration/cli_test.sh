@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The kubesandbox CLI end to end against a kubesandbox-local started here.
+# Usage: cli_test.sh PATH/TO/kubesandbox-local PATH/TO/kubesandbox
+set -uo pipefail
+
+LOCAL=${1:?usage: cli_test.sh KUBESANDBOX_LOCAL KUBESANDBOX}
+KSB=${2:?usage: cli_test.sh KUBESANDBOX_LOCAL KUBESANDBOX}
+TMP=$(mktemp -d)
+chmod 755 "$TMP"  # pods run as other uids and must reach their data directory
+export KUBECONFIG=$TMP/kubeconfig
+FAILURES=0
+PID=
+
+cleanup() {
+    if [[ -n $PID ]] && kill -0 "$PID" 2>/dev/null; then kill -TERM "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null; fi
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+pass() { echo "PASS: $1"; }
+fail() { echo "FAIL: $1"; FAILURES=$((FAILURES + 1)); }
+K() { timeout 120 "$KSB" "$@"; }
+
+"$LOCAL" --kubeconfig "$KUBECONFIG" --data-dir "$TMP/data" >"$TMP/server.log" 2>&1 &
+PID=$!
+for _ in $(seq 100); do [[ -s $KUBECONFIG ]] && break; sleep 0.1; done
+if [[ ! -s $KUBECONFIG ]]; then echo "FAIL: kubesandbox-local did not write $KUBECONFIG"; cat "$TMP/server.log"; exit 1; fi
+
+# usage errors exit 2
+K bogus >/dev/null 2>&1; rc=$?
+[[ $rc == 2 ]] && pass "unknown command exits 2" || fail "unknown command exits 2 (got $rc)"
+K exec >/dev/null 2>&1; rc=$?
+[[ $rc == 2 ]] && pass "exec without id exits 2" || fail "exec without id exits 2 (got $rc)"
+
+# create: id alone on stdout, progress on stderr
+ID=$(K create --id "cli test/1" 2>"$TMP/create.err"); rc=$?
+if [[ $rc == 0 && $ID == "cli test/1" ]] && grep -q "waiting" "$TMP/create.err"; then pass "create --id"
+else fail "create --id (rc=$rc id='$ID')"; sed 's/^/    /' "$TMP/create.err"; fi
+
+RID=$(K create 2>"$TMP/create2.err"); rc=$?
+if [[ $rc == 0 && $RID == ksb-* && $(printf '%s\n' "$RID" | wc -l) == 1 ]]; then pass "create (random id)"
+else fail "create (random id) rc=$rc id='$RID'"; sed 's/^/    /' "$TMP/create2.err"; fi
+
+# exec: output on stdout, exit code passed through, argv not shell-interpreted
+OUT=$(K exec "cli test/1" -- echo 'a  $HOME `b`'); rc=$?
+[[ $rc == 0 && $OUT == 'a  $HOME `b`' ]] && pass "exec echo (no shell)" || fail "exec echo rc=$rc out='$OUT'"
+K exec "cli test/1" -- sh -c 'exit 42' >/dev/null 2>&1; rc=$?
+[[ $rc == 42 ]] && pass "exec exit code" || fail "exec exit code (got $rc)"
+K exec "cli test/1" --timeout 1 -- sleep 30 >/dev/null 2>&1; rc=$?
+[[ $rc == 124 ]] && pass "exec timeout 124" || fail "exec timeout (got $rc)"
+JSON=$(K --json exec "cli test/1" -- printf hi); rc=$?
+[[ $rc == 0 && $JSON == *'"output":"hi"'* && $JSON == *'"exit_code":0'* ]] && pass "exec --json" || fail "exec --json rc=$rc '$JSON'"
+K exec "no-such-sandbox" -- true >/dev/null 2>"$TMP/nf.err"; rc=$?
+[[ $rc == 1 ]] && grep -q "not found" "$TMP/nf.err" && pass "exec unknown id exits 1" || fail "exec unknown id (got $rc)"
+
+# cp both ways, byte-exact
+head -c 4096 /dev/urandom >"$TMP/in.bin"
+K cp "$TMP/in.bin" "cli test/1:/workspace/sub dir/in.bin"; rc=$?
+[[ $rc == 0 ]] && pass "cp upload" || fail "cp upload (got $rc)"
+K cp "cli test/1:/workspace/sub dir/in.bin" "$TMP/out.bin"; rc=$?
+[[ $rc == 0 ]] && cmp -s "$TMP/in.bin" "$TMP/out.bin" && pass "cp download byte-exact" || fail "cp download (rc $rc)"
+K cp "cli test/1:/workspace/missing" "$TMP/x" 2>"$TMP/cp.err"; rc=$?
+[[ $rc == 1 ]] && grep -q file_not_found "$TMP/cp.err" && pass "cp missing file" || fail "cp missing file (rc $rc)"
+
+# list pages through everything and shows both
+K list >"$TMP/list.out"; rc=$?
+if [[ $rc == 0 ]] && grep -q "^cli test/1 " "$TMP/list.out" && grep -q "^$RID " "$TMP/list.out"; then pass "list"
+else fail "list"; sed 's/^/    /' "$TMP/list.out"; fi
+K list --json --status running >"$TMP/list.json"; rc=$?
+[[ $rc == 0 ]] && grep -q '"id":"cli test/1"' "$TMP/list.json" && pass "list --json" || fail "list --json"
+
+K pool >"$TMP/pool.out"; rc=$?
+[[ $rc == 0 ]] && grep -q "^active 2$" "$TMP/pool.out" && pass "pool" || { fail "pool"; sed 's/^/    /' "$TMP/pool.out"; }
+
+# delete is idempotent
+K delete "cli test/1" >/dev/null; rc=$?
+[[ $rc == 0 ]] && pass "delete" || fail "delete (got $rc)"
+K delete "cli test/1" >/dev/null 2>&1; rc=$?
+[[ $rc == 0 ]] && pass "delete again exits 0" || fail "delete again (got $rc)"
+K delete "$RID" >/dev/null; rc=$?
+[[ $rc == 0 ]] && pass "delete random" || fail "delete random (got $rc)"
+
+K cleanup --max-idle 0 >"$TMP/cleanup.out"; rc=$?
+[[ $rc == 0 ]] && grep -q "^kept 0$" "$TMP/cleanup.out" && pass "cleanup" || fail "cleanup (rc $rc)"
+K list >"$TMP/list2.out"
+[[ $(wc -l <"$TMP/list2.out") == 1 ]] && pass "nothing left" || { fail "nothing left"; cat "$TMP/list2.out"; }
+
+# --local: a cluster inside the process for one command
+LOCAL_OUT=$(K --local create --id one-shot 2>/dev/null); rc=$?
+[[ $rc == 0 && $LOCAL_OUT == one-shot ]] && pass "--local create" || fail "--local create (rc $rc '$LOCAL_OUT')"
+
+if [[ $FAILURES -ne 0 ]]; then echo "$FAILURES failure(s)"; tail -20 "$TMP/server.log"; exit 1; fi
+echo "all passed"

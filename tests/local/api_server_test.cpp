@@ -1,0 +1,668 @@
+// The local cluster's API server over real loopback sockets: discovery, auth, CRUD, error
+// shapes, selectors, pagination, watch, patch, delete semantics and fault injection.
+#include "http_helper.hpp"
+
+#include <kubesandbox/local_cluster.hpp>
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+
+#include <chrono>
+#include <set>
+#include <thread>
+#include <fstream>
+#include <filesystem>
+#include <unistd.h>
+
+namespace json = boost::json;
+using kubesandbox::FaultRule;
+using kubesandbox::LocalCluster;
+using kubesandbox::LocalClusterOptions;
+using kubesandbox::test::HttpClient;
+using kubesandbox::test::HttpResult;
+using kubesandbox::test::WatchStream;
+
+namespace {
+
+std::unique_ptr<LocalCluster> start_cluster(bool tls = false) {
+    LocalClusterOptions o;
+    o.tls = tls;
+    o.continue_token_ttl = std::chrono::seconds(300);
+    auto c = LocalCluster::start(o);
+    EXPECT_TRUE(c.has_value()) << (c ? "" : c.error().describe());
+    return c ? std::move(*c) : nullptr;
+}
+
+json::object configmap(const std::string& name, json::object labels = {}) {
+    return json::object{{"apiVersion", "v1"},
+                        {"kind", "ConfigMap"},
+                        {"metadata", json::object{{"name", name}, {"labels", labels}}},
+                        {"data", json::object{{"k", "v"}}}};
+}
+
+json::object pod(const std::string& name, json::object labels = {}) {
+    return json::object{
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata", json::object{{"name", name}, {"labels", labels}}},
+        {"spec", json::object{{"containers", json::array{json::object{{"name", "c"}, {"image", "busybox"}}}}}}};
+}
+
+json::object claim(const std::string& name) {
+    return json::object{{"apiVersion", "extensions.agents.x-k8s.io/v1beta1"},
+                        {"kind", "SandboxClaim"},
+                        {"metadata", json::object{{"name", name}}},
+                        {"spec", json::object{{"warmPoolRef", json::object{{"name", "pool"}}}}}};
+}
+
+std::string str(const json::value& v) { return v.is_string() ? std::string(v.as_string()) : std::string(); }
+std::string rv_of(const json::object& o) { return str(o.at("metadata").at("resourceVersion")); }
+
+const char* cms = "/api/v1/namespaces/default/configmaps";
+const char* claims = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxclaims";
+
+std::vector<std::string> names(const json::object& list) {
+    std::vector<std::string> out;
+    for (auto& i : list.at("items").as_array()) out.push_back(str(i.at("metadata").at("name")));
+    return out;
+}
+
+}  // namespace
+
+TEST(LocalApi, DiscoveryOverTls) {
+    auto c = start_cluster(true);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->url().rfind("https://127.0.0.1:", 0), 0u);
+    HttpClient h(*c);
+    h.send_token = false;
+    auto v = h.get("/version");
+    ASSERT_EQ(v.status, 200u);
+    EXPECT_EQ(str(v.obj().at("gitVersion")).rfind("v1.32.", 0), 0u);
+    h.send_token = true;
+    auto api = h.get("/api");
+    ASSERT_EQ(api.status, 200u);
+    EXPECT_EQ(str(api.obj().at("kind")), "APIVersions");
+    auto core = h.get("/api/v1");
+    ASSERT_EQ(core.status, 200u);
+    std::set<std::string> res;
+    for (auto& r : core.obj().at("resources").as_array()) res.insert(str(r.at("name")));
+    for (auto n : {"pods", "pods/exec", "pods/log", "pods/portforward", "pods/status", "namespaces", "services",
+                   "configmaps", "secrets", "events", "resourcequotas", "limitranges", "serviceaccounts"})
+        EXPECT_TRUE(res.count(n)) << n;
+    auto groups = h.get("/apis");
+    ASSERT_EQ(groups.status, 200u);
+    std::set<std::string> gs;
+    for (auto& g : groups.obj().at("groups").as_array()) gs.insert(str(g.at("name")));
+    EXPECT_TRUE(gs.count("extensions.agents.x-k8s.io"));
+    EXPECT_TRUE(gs.count("networking.k8s.io"));
+    for (auto v2 : {"v1beta1", "v1alpha1"}) {
+        auto ext = h.get(std::string("/apis/extensions.agents.x-k8s.io/") + v2);
+        ASSERT_EQ(ext.status, 200u) << v2;
+        std::set<std::string> er;
+        for (auto& r : ext.obj().at("resources").as_array()) er.insert(str(r.at("name")));
+        EXPECT_TRUE(er.count("sandboxclaims") && er.count("sandboxclaims/status") && er.count("sandboxtemplates") &&
+                    er.count("sandboxwarmpools"));
+    }
+    EXPECT_EQ(h.get("/apis/nope.example.com/v1").status, 404u);
+}
+
+TEST(LocalApi, Unauthorized) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    h.send_token = false;
+    auto r = h.get(cms);
+    ASSERT_EQ(r.status, 401u);
+    auto o = r.obj();
+    EXPECT_EQ(str(o.at("reason")), "Unauthorized");
+    EXPECT_EQ(str(o.at("message")), "Unauthorized");
+    EXPECT_EQ(o.at("code").to_number<int>(), 401);
+    h.send_token = true;
+    h.token_override = "wrong";
+    EXPECT_EQ(h.get(cms).status, 401u);
+}
+
+TEST(LocalApi, CrudAndErrorShapes) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    auto created = h.post(cms, configmap("one"));
+    ASSERT_EQ(created.status, 201u) << created.body;
+    auto o = created.obj();
+    EXPECT_FALSE(str(o.at("metadata").at("uid")).empty());
+    EXPECT_FALSE(rv_of(o).empty());
+    EXPECT_EQ(str(o.at("metadata").at("creationTimestamp")).size(), 20u);
+    EXPECT_EQ(str(o.at("kind")), "ConfigMap");
+
+    auto dup = h.post(cms, configmap("one"));
+    ASSERT_EQ(dup.status, 409u);
+    EXPECT_EQ(str(dup.obj().at("reason")), "AlreadyExists");
+    EXPECT_EQ(str(dup.obj().at("message")), "configmaps \"one\" already exists");
+    EXPECT_EQ(str(dup.obj().at("details").at("kind")), "configmaps");
+    EXPECT_EQ(str(dup.obj().at("details").at("name")), "one");
+
+    auto got = h.get(std::string(cms) + "/one");
+    ASSERT_EQ(got.status, 200u);
+    EXPECT_EQ(rv_of(got.obj()), rv_of(o));
+
+    // Update with the current resourceVersion, then a stale one.
+    auto upd = got.obj();
+    upd["data"] = json::object{{"k", "v2"}};
+    auto put = h.put(std::string(cms) + "/one", upd);
+    ASSERT_EQ(put.status, 200u) << put.body;
+    EXPECT_NE(rv_of(put.obj()), rv_of(o));
+    auto stale = h.put(std::string(cms) + "/one", upd);
+    ASSERT_EQ(stale.status, 409u);
+    EXPECT_EQ(str(stale.obj().at("reason")), "Conflict");
+    EXPECT_EQ(str(stale.obj().at("message")),
+              "Operation cannot be fulfilled on configmaps \"one\": the object has been modified; please apply your "
+              "changes to the latest version and try again");
+
+    auto mismatch = upd;
+    mismatch["metadata"].as_object()["name"] = "other";
+    auto bad = h.put(std::string(cms) + "/one", mismatch);
+    ASSERT_EQ(bad.status, 400u);
+    EXPECT_EQ(str(bad.obj().at("message")), "the name of the object (other) does not match the name on the URL (one)");
+
+    auto garbage = h.request("POST", cms, "{not json");
+    EXPECT_EQ(garbage.status, 400u);
+    EXPECT_EQ(str(garbage.obj().at("reason")), "BadRequest");
+    EXPECT_EQ(h.request("POST", cms, "<xml/>", "application/xml").status, 415u);
+
+    auto del = h.del(std::string(cms) + "/one");
+    ASSERT_EQ(del.status, 200u);
+    auto missing = h.get(std::string(cms) + "/one");
+    ASSERT_EQ(missing.status, 404u);
+    EXPECT_EQ(str(missing.obj().at("message")), "configmaps \"one\" not found");
+    EXPECT_EQ(str(missing.obj().at("reason")), "NotFound");
+    EXPECT_EQ(h.get("/api/v1/nothing").status, 404u);
+
+    auto nons = h.post("/api/v1/namespaces/absent/configmaps", configmap("x"));
+    ASSERT_EQ(nons.status, 404u);
+    EXPECT_EQ(str(nons.obj().at("message")), "namespaces \"absent\" not found");
+
+    std::string big(3 * 1024 * 1024 + 10, 'x');
+    auto too_big = h.request("POST", cms, big);
+    EXPECT_EQ(too_big.status, 413u);
+}
+
+TEST(LocalApi, ValidationAndGenerateName) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    auto bad = h.post(cms, configmap("Bad_Name"));
+    ASSERT_EQ(bad.status, 422u);
+    auto b = bad.obj();
+    EXPECT_EQ(str(b.at("reason")), "Invalid");
+    EXPECT_EQ(str(b.at("message")).rfind("ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\"", 0), 0u)
+        << str(b.at("message"));
+    EXPECT_EQ(str(b.at("details").at("kind")), "ConfigMap");
+    EXPECT_EQ(str(b.at("details").at("causes").at(0).at("field")), "metadata.name");
+
+    auto p = pod("p");
+    p["spec"].as_object()["containers"].as_array()[0].as_object().erase("image");
+    auto noimg = h.post("/api/v1/namespaces/default/pods", p);
+    ASSERT_EQ(noimg.status, 422u);
+    EXPECT_EQ(str(noimg.obj().at("message")), "Pod \"p\" is invalid: spec.containers[0].image: Required value");
+
+    auto svc = json::object{{"metadata", json::object{{"name", "1svc"}}}, {"spec", json::object{}}};
+    EXPECT_EQ(h.post("/api/v1/namespaces/default/services", svc).status, 422u);
+
+    auto nameless = h.post(cms, json::object{{"metadata", json::object{}}});
+    ASSERT_EQ(nameless.status, 422u);
+    EXPECT_NE(str(nameless.obj().at("message")).find("name or generateName is required"), std::string::npos);
+
+    auto gen = h.post(cms, json::object{{"metadata", json::object{{"generateName", "sbx-"}}}});
+    ASSERT_EQ(gen.status, 201u);
+    std::string name = str(gen.obj().at("metadata").at("name"));
+    EXPECT_EQ(name.size(), 9u);
+    EXPECT_EQ(name.rfind("sbx-", 0), 0u);
+
+    auto pd = h.post("/api/v1/namespaces/default/pods", pod("defaults"));
+    ASSERT_EQ(pd.status, 201u) << pd.body;
+    auto po = pd.obj();
+    EXPECT_EQ(str(po.at("spec").at("restartPolicy")), "Always");
+    EXPECT_EQ(po.at("spec").at("terminationGracePeriodSeconds").to_number<int>(), 30);
+    EXPECT_EQ(str(po.at("spec").at("dnsPolicy")), "ClusterFirst");
+    EXPECT_EQ(str(po.at("status").at("phase")).empty(), false);
+
+    // Pod spec is immutable apart from images.
+    auto cur = h.get("/api/v1/namespaces/default/pods/defaults").obj();
+    cur["spec"].as_object()["restartPolicy"] = "Never";
+    auto imm = h.put("/api/v1/namespaces/default/pods/defaults", cur);
+    EXPECT_EQ(imm.status, 422u);
+    EXPECT_NE(imm.body.find("pod updates may not change fields"), std::string::npos);
+}
+
+TEST(LocalApi, CustomResources) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    auto cr = h.post(claims, claim("c1"));
+    ASSERT_EQ(cr.status, 201u) << cr.body;
+    EXPECT_EQ(cr.obj().at("metadata").at("generation").to_number<int>(), 1);
+    // Same object, older version.
+    auto alpha = h.get("/apis/extensions.agents.x-k8s.io/v1alpha1/namespaces/default/sandboxclaims/c1");
+    ASSERT_EQ(alpha.status, 200u);
+    EXPECT_EQ(str(alpha.obj().at("apiVersion")), "extensions.agents.x-k8s.io/v1alpha1");
+    // PUT without resourceVersion.
+    auto body = claim("c1");
+    auto put = h.put(std::string(claims) + "/c1", body);
+    ASSERT_EQ(put.status, 422u);
+    EXPECT_EQ(str(put.obj().at("message")),
+              "SandboxClaim.extensions.agents.x-k8s.io \"c1\" is invalid: metadata.resourceVersion: Invalid value: "
+              "0x0: must be specified for an update");
+    // Strategic merge patch is not for custom resources.
+    auto smp = h.patch(std::string(claims) + "/c1", json::object{{"spec", json::object{}}},
+                       "application/strategic-merge-patch+json");
+    ASSERT_EQ(smp.status, 415u);
+    EXPECT_EQ(str(smp.obj().at("message")),
+              "the body of the request was in an unknown format - accepted media types include: "
+              "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml");
+    // A spec change bumps generation; a status change through /status does not.
+    auto mp = h.patch(std::string(claims) + "/c1",
+                      json::object{{"spec", json::object{{"warmPoolRef", json::object{{"name", "p2"}}}}}},
+                      "application/merge-patch+json");
+    ASSERT_EQ(mp.status, 200u);
+    EXPECT_EQ(mp.obj().at("metadata").at("generation").to_number<int>(), 2);
+    auto st = h.patch(std::string(claims) + "/c1/status",
+                      json::object{{"status", json::object{{"sandbox", json::object{{"name", "s"}}}}}},
+                      "application/merge-patch+json");
+    ASSERT_EQ(st.status, 200u) << st.body;
+    EXPECT_EQ(str(st.obj().at("status").at("sandbox").at("name")), "s");
+    EXPECT_EQ(st.obj().at("metadata").at("generation").to_number<int>(), 2);
+    // Status in a main-resource patch is ignored.
+    auto ign = h.patch(std::string(claims) + "/c1", json::object{{"status", json::object{{"x", 1}}}},
+                       "application/merge-patch+json");
+    EXPECT_FALSE(ign.obj().at("status").as_object().contains("x"));
+    auto del = h.del(std::string(claims) + "/c1");
+    ASSERT_EQ(del.status, 200u);
+    EXPECT_EQ(str(del.obj().at("status")), "Success");
+}
+
+TEST(LocalApi, Patches) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    ASSERT_EQ(h.post("/api/v1/namespaces/default/pods", pod("pp", {{"a", "1"}})).status, 201u);
+    std::string p = "/api/v1/namespaces/default/pods/pp";
+    auto merge = h.patch(p, json::object{{"metadata", json::object{{"labels", json::object{{"a", nullptr}, {"b", "2"}}}}}},
+                         "application/merge-patch+json");
+    ASSERT_EQ(merge.status, 200u) << merge.body;
+    EXPECT_EQ(merge.obj().at("metadata").at("labels").as_object(), (json::object{{"b", "2"}}));
+    auto jp = h.patch(p,
+                      json::array{json::object{{"op", "add"}, {"path", "/metadata/annotations"}, {"value", json::object{{"x", "y"}}}}},
+                      "application/json-patch+json");
+    ASSERT_EQ(jp.status, 200u) << jp.body;
+    EXPECT_EQ(str(jp.obj().at("metadata").at("annotations").at("x")), "y");
+    auto failed_test = h.patch(p, json::array{json::object{{"op", "test"}, {"path", "/metadata/name"}, {"value", "zz"}}},
+                               "application/json-patch+json");
+    EXPECT_EQ(failed_test.status, 422u);
+    // Strategic merge: containers merge by name (image change is allowed).
+    auto smp = h.patch(p,
+                       json::object{{"spec", json::object{{"containers", json::array{json::object{{"name", "c"}, {"image", "busybox:2"}}}}}}},
+                       "application/strategic-merge-patch+json");
+    ASSERT_EQ(smp.status, 200u) << smp.body;
+    auto smo = smp.obj();
+    auto& cs = smo.at("spec").at("containers").as_array();
+    ASSERT_EQ(cs.size(), 1u);
+    EXPECT_EQ(str(cs[0].at("image")), "busybox:2");
+    EXPECT_EQ(h.patch(p, json::object{}, "text/plain").status, 415u);
+    EXPECT_EQ(h.patch("/api/v1/namespaces/default/pods/none", json::object{}, "application/merge-patch+json").status, 404u);
+}
+
+TEST(LocalApi, Selectors) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    ASSERT_EQ(h.post(cms, configmap("a", {{"app", "x"}, {"tier", "web"}})).status, 201u);
+    ASSERT_EQ(h.post(cms, configmap("b", {{"app", "y"}})).status, 201u);
+    ASSERT_EQ(h.post(cms, configmap("c")).status, 201u);
+    auto l1 = h.get(std::string(cms) + "?labelSelector=app%3Dx");
+    ASSERT_EQ(l1.status, 200u);
+    EXPECT_EQ(names(l1.obj()), (std::vector<std::string>{"a"}));
+    auto l2 = h.get(std::string(cms) + "?labelSelector=app%20in%20(x%2Cy)");
+    EXPECT_EQ(names(l2.obj()), (std::vector<std::string>{"a", "b"}));
+    auto l3 = h.get(std::string(cms) + "?labelSelector=!app");
+    EXPECT_EQ(names(l3.obj()), (std::vector<std::string>{"c"}));
+    auto f1 = h.get(std::string(cms) + "?fieldSelector=metadata.name%3Db");
+    EXPECT_EQ(names(f1.obj()), (std::vector<std::string>{"b"}));
+    auto bad = h.get(std::string(cms) + "?fieldSelector=spec.foo%3Db");
+    ASSERT_EQ(bad.status, 400u);
+    EXPECT_EQ(str(bad.obj().at("message")), "field label not supported: spec.foo");
+    EXPECT_EQ(h.get(std::string(cms) + "?labelSelector=a%20in%20(").status, 400u);
+    // Pods support status.phase; cluster-wide lists see every namespace.
+    ASSERT_EQ(h.post("/api/v1/namespaces/default/pods", pod("p1")).status, 201u);
+    auto ph = h.get("/api/v1/pods?fieldSelector=status.phase%3DPending");
+    ASSERT_EQ(ph.status, 200u);
+    EXPECT_EQ(names(ph.obj()), (std::vector<std::string>{"p1"}));
+    auto all = h.get("/api/v1/configmaps");
+    EXPECT_EQ(names(all.obj()).size(), 3u);
+}
+
+TEST(LocalApi, PaginationIsConsistent) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    for (int i = 0; i < 25; ++i) {
+        char n[16];
+        std::snprintf(n, sizeof n, "cm-%02d", i);
+        ASSERT_EQ(h.post(cms, configmap(n)).status, 201u);
+    }
+    std::vector<std::string> seen;
+    std::string cont;
+    std::string first_rv;
+    int pages = 0;
+    do {
+        std::string t = std::string(cms) + "?limit=4";
+        if (!cont.empty()) t += "&continue=" + cont;
+        auto r = h.get(t);
+        ASSERT_EQ(r.status, 200u) << r.body;
+        auto o = r.obj();
+        auto n = names(o);
+        EXPECT_LE(n.size(), 4u);
+        seen.insert(seen.end(), n.begin(), n.end());
+        auto& meta = o.at("metadata").as_object();
+        if (pages == 0) {
+            first_rv = str(meta.at("resourceVersion"));
+            EXPECT_EQ(meta.at("remainingItemCount").to_number<int>(), 21);
+        } else {
+            EXPECT_EQ(str(meta.at("resourceVersion")), first_rv);
+        }
+        cont = meta.contains("continue") ? str(meta.at("continue")) : "";
+        ++pages;
+        // Objects created mid-list are not part of it; neither are deletions.
+        if (pages == 2) {
+            ASSERT_EQ(h.post(cms, configmap("cm-99")).status, 201u);
+            ASSERT_EQ(h.post(cms, configmap("cm-00a")).status, 201u);
+            ASSERT_EQ(h.del(std::string(cms) + "/cm-20").status, 200u);
+        }
+    } while (!cont.empty() && pages < 20);
+    EXPECT_EQ(pages, 7);
+    ASSERT_EQ(seen.size(), 25u);
+    for (int i = 0; i < 25; ++i) {
+        char n[16];
+        std::snprintf(n, sizeof n, "cm-%02d", i);
+        EXPECT_EQ(seen[static_cast<std::size_t>(i)], n);
+    }
+    EXPECT_EQ(h.get(std::string(cms) + "?limit=4&continue=%21%21garbage").status, 400u);
+}
+
+TEST(LocalApi, ContinueTokenExpires) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    for (int i = 0; i < 5; ++i) ASSERT_EQ(h.post(cms, configmap("e" + std::to_string(i))).status, 201u);
+    auto first = h.get(std::string(cms) + "?limit=2").obj();
+    std::string cont = str(first.at("metadata").at("continue"));
+    c->expire_continue_tokens();
+    auto gone = h.get(std::string(cms) + "?limit=2&continue=" + cont);
+    ASSERT_EQ(gone.status, 410u);
+    auto g = gone.obj();
+    EXPECT_EQ(str(g.at("reason")), "Expired");
+    EXPECT_EQ(str(g.at("message")).rfind("The provided continue parameter is too old to display a consistent list result.", 0), 0u);
+    // The inconsistent token from the 410 continues after the last key.
+    std::string fresh = str(g.at("metadata").at("continue"));
+    ASSERT_FALSE(fresh.empty());
+    auto rest = h.get(std::string(cms) + "?limit=10&continue=" + fresh);
+    ASSERT_EQ(rest.status, 200u);
+    EXPECT_EQ(names(rest.obj()), (std::vector<std::string>{"e2", "e3", "e4"}));
+}
+
+TEST(LocalApi, WatchFromResourceVersionWithSelectorTransitions) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    auto base = h.post(cms, configmap("w1", {{"app", "a"}}));
+    ASSERT_EQ(base.status, 201u);
+    std::string rv = rv_of(base.obj());
+    WatchStream w(*c, std::string(cms) + "?watch=true&labelSelector=app%3Da&resourceVersion=" + rv);
+    ASSERT_EQ(w.status(), 200u);
+    // Starts matching, changes, stops matching, matches again, is deleted.
+    ASSERT_EQ(h.post(cms, configmap("w2", {{"app", "b"}})).status, 201u);
+    ASSERT_EQ(h.patch(std::string(cms) + "/w2", json::object{{"metadata", json::object{{"labels", json::object{{"app", "a"}}}}}},
+                      "application/merge-patch+json").status, 200u);
+    ASSERT_EQ(h.patch(std::string(cms) + "/w1", json::object{{"data", json::object{{"k", "2"}}}},
+                      "application/merge-patch+json").status, 200u);
+    ASSERT_EQ(h.patch(std::string(cms) + "/w1", json::object{{"metadata", json::object{{"labels", json::object{{"app", "z"}}}}}},
+                      "application/merge-patch+json").status, 200u);
+    ASSERT_EQ(h.del(std::string(cms) + "/w2").status, 200u);
+    std::vector<std::pair<std::string, std::string>> got;
+    for (int i = 0; i < 4; ++i) {
+        auto ev = w.next();
+        ASSERT_TRUE(ev) << "event " << i;
+        got.emplace_back(str(ev->at("type")), str(ev->at("object").at("metadata").at("name")));
+        EXPECT_EQ(str(ev->at("object").at("kind")), "ConfigMap");
+    }
+    std::vector<std::pair<std::string, std::string>> want{
+        {"ADDED", "w2"}, {"MODIFIED", "w1"}, {"DELETED", "w1"}, {"DELETED", "w2"}};
+    EXPECT_EQ(got, want);
+
+    // RV unset: synthetic ADDED for what exists.
+    WatchStream w2(*c, std::string(cms) + "?watch=1");
+    auto ev = w2.next();
+    ASSERT_TRUE(ev);
+    EXPECT_EQ(str(ev->at("type")), "ADDED");
+    EXPECT_EQ(str(ev->at("object").at("metadata").at("name")), "w1");
+
+    // expire_watches ends open watches with an ERROR 410.
+    c->expire_watches();
+    auto err = w2.next();
+    ASSERT_TRUE(err);
+    EXPECT_EQ(str(err->at("type")), "ERROR");
+    EXPECT_EQ(err->at("object").at("code").to_number<int>(), 410);
+}
+
+TEST(LocalApi, WatchTimeoutAndTooOld) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    auto start = std::chrono::steady_clock::now();
+    WatchStream w(*c, std::string(cms) + "?watch=true&timeoutSeconds=1&allowWatchBookmarks=true&resourceVersion=1");
+    ASSERT_EQ(w.status(), 200u);
+    auto ev = w.next(4000);  // the final bookmark
+    ASSERT_TRUE(ev);
+    EXPECT_EQ(str(ev->at("type")), "BOOKMARK");
+    EXPECT_FALSE(w.next(4000));
+    EXPECT_TRUE(w.ended());
+    auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_GE(took, std::chrono::milliseconds(900));
+    EXPECT_LT(took, std::chrono::seconds(4));
+}
+
+TEST(LocalApi, DeletePreconditionsAndPodGrace) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    auto o = h.post(cms, configmap("d")).obj();
+    std::string uid = str(o.at("metadata").at("uid"));
+    auto wrong = h.del(std::string(cms) + "/d", R"({"preconditions":{"uid":"nope"}})");
+    ASSERT_EQ(wrong.status, 409u);
+    EXPECT_EQ(str(wrong.obj().at("message")),
+              "Operation cannot be fulfilled on configmaps \"d\": Precondition failed: UID in precondition: nope, UID in "
+              "object meta: " + uid);
+    auto wrong_rv = h.del(std::string(cms) + "/d", R"({"preconditions":{"resourceVersion":"1"}})");
+    EXPECT_EQ(wrong_rv.status, 409u);
+    auto ok = h.del(std::string(cms) + "/d", "{\"preconditions\":{\"uid\":\"" + uid + "\"}}");
+    EXPECT_EQ(ok.status, 200u);
+    EXPECT_EQ(h.get(std::string(cms) + "/d").status, 404u);
+
+    // gracePeriodSeconds=0 removes a pod at once.
+    ASSERT_EQ(h.post("/api/v1/namespaces/default/pods", pod("g0")).status, 201u);
+    auto g0 = h.del("/api/v1/namespaces/default/pods/g0?gracePeriodSeconds=0");
+    EXPECT_EQ(g0.status, 200u);
+    EXPECT_EQ(h.get("/api/v1/namespaces/default/pods/g0").status, 404u);
+    // A graceful delete sets deletionTimestamp first.
+    ASSERT_EQ(h.post("/api/v1/namespaces/default/pods", pod("g1")).status, 201u);
+    auto g1 = h.del("/api/v1/namespaces/default/pods/g1", R"({"gracePeriodSeconds":1})");
+    ASSERT_EQ(g1.status, 200u);
+    auto after = h.get("/api/v1/namespaces/default/pods/g1");
+    if (after.status == 200u) {
+        EXPECT_TRUE(after.obj().at("metadata").as_object().contains("deletionTimestamp"));
+        for (int i = 0; i < 40 && after.status == 200u; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            after = h.get("/api/v1/namespaces/default/pods/g1");
+        }
+    }
+    EXPECT_EQ(after.status, 404u);
+}
+
+TEST(LocalApi, NamespaceCascade) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    auto bad = h.post("/api/v1/namespaces", json::object{{"metadata", json::object{{"name", "a.b"}}}});
+    EXPECT_EQ(bad.status, 422u);
+    ASSERT_EQ(h.post("/api/v1/namespaces", json::object{{"metadata", json::object{{"name", "team"}}}}).status, 201u);
+    ASSERT_EQ(h.post("/api/v1/namespaces/team/configmaps", configmap("x")).status, 201u);
+    ASSERT_EQ(h.post("/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/team/sandboxclaims", claim("cl")).status, 201u);
+    auto del = h.del("/api/v1/namespaces/team");
+    ASSERT_EQ(del.status, 200u);
+    EXPECT_EQ(str(del.obj().at("status").at("phase")), "Terminating");
+    auto deny = h.post("/api/v1/namespaces/team/configmaps", configmap("y"));
+    if (deny.status != 404u) {  // the namespace may already be gone
+        ASSERT_EQ(deny.status, 403u);
+        EXPECT_EQ(str(deny.obj().at("message")),
+                  "configmaps \"y\" is forbidden: unable to create new content in namespace team because it is being terminated");
+        EXPECT_EQ(str(deny.obj().at("details").at("causes").at(0).at("reason")), "NamespaceTerminating");
+    }
+    HttpResult ns;
+    for (int i = 0; i < 50; ++i) {
+        ns = h.get("/api/v1/namespaces/team");
+        if (ns.status == 404u) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(ns.status, 404u);
+    EXPECT_EQ(h.get("/api/v1/namespaces/team/configmaps/x").status, 404u);
+    EXPECT_EQ(names(h.get("/apis/extensions.agents.x-k8s.io/v1beta1/sandboxclaims").obj()).size(), 0u);
+    EXPECT_EQ(h.del("/api/v1/namespaces/default").status, 403u);
+}
+
+TEST(LocalApi, OwnerReferenceGarbageCollection) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    auto owner_of = [&](const std::string& name) {
+        auto o = h.post(claims, claim(name)).obj();
+        return json::object{{"apiVersion", "extensions.agents.x-k8s.io/v1beta1"},
+                            {"kind", "SandboxClaim"},
+                            {"name", name},
+                            {"uid", o.at("metadata").at("uid")}};
+    };
+    auto dependent = [&](const std::string& name, const json::object& ref) {
+        auto cm = configmap(name);
+        cm["metadata"].as_object()["ownerReferences"] = json::array{ref};
+        return h.post(cms, cm).status;
+    };
+    // Background: dependents go with the owner.
+    auto r1 = owner_of("o1");
+    ASSERT_EQ(dependent("dep1", r1), 201u);
+    ASSERT_EQ(h.del(std::string(claims) + "/o1", R"({"propagationPolicy":"Background"})").status, 200u);
+    EXPECT_EQ(h.get(std::string(cms) + "/dep1").status, 404u);
+    // Orphan: dependents stay without the reference.
+    auto r2 = owner_of("o2");
+    ASSERT_EQ(dependent("dep2", r2), 201u);
+    ASSERT_EQ(h.del(std::string(claims) + "/o2", R"({"propagationPolicy":"Orphan"})").status, 200u);
+    auto d2 = h.get(std::string(cms) + "/dep2");
+    ASSERT_EQ(d2.status, 200u);
+    EXPECT_FALSE(d2.obj().at("metadata").as_object().contains("ownerReferences"));
+    // Foreground: dependent with its own finalizer keeps the owner around.
+    auto r3 = owner_of("o3");
+    auto cm = configmap("dep3");
+    cm["metadata"].as_object()["ownerReferences"] = json::array{r3};
+    cm["metadata"].as_object()["finalizers"] = json::array{"example.com/hold"};
+    ASSERT_EQ(h.post(cms, cm).status, 201u);
+    ASSERT_EQ(h.del(std::string(claims) + "/o3", R"({"propagationPolicy":"Foreground"})").status, 200u);
+    auto o3 = h.get(std::string(claims) + "/o3");
+    ASSERT_EQ(o3.status, 200u);
+    EXPECT_NE(o3.body.find("foregroundDeletion"), std::string::npos);
+    // Releasing the dependent's finalizer lets both go.
+    ASSERT_EQ(h.patch(std::string(cms) + "/dep3", json::object{{"metadata", json::object{{"finalizers", nullptr}}}},
+                      "application/merge-patch+json").status, 200u);
+    EXPECT_EQ(h.get(std::string(cms) + "/dep3").status, 404u);
+    EXPECT_EQ(h.get(std::string(claims) + "/o3").status, 404u);
+}
+
+TEST(LocalApi, DeleteCollectionWithSelector) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    ASSERT_EQ(h.post(cms, configmap("k1", {{"x", "1"}})).status, 201u);
+    ASSERT_EQ(h.post(cms, configmap("k2", {{"x", "1"}})).status, 201u);
+    ASSERT_EQ(h.post(cms, configmap("k3")).status, 201u);
+    auto r = h.del(std::string(cms) + "?labelSelector=x%3D1");
+    ASSERT_EQ(r.status, 200u);
+    EXPECT_EQ(names(h.get(cms).obj()), (std::vector<std::string>{"k3"}));
+}
+
+TEST(LocalApi, FaultInjection) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    FaultRule tmr;
+    tmr.path_contains = "/configmaps";
+    tmr.status = 429;
+    tmr.retry_after_seconds = 2;
+    c->add_fault(tmr);
+    auto r = h.get(cms);
+    ASSERT_EQ(r.status, 429u);
+    EXPECT_EQ(r.body, "Too many requests, please try again later.\n");
+    EXPECT_EQ(r.content_type.rfind("text/plain", 0), 0u);
+    EXPECT_EQ(r.headers["Retry-After"], "2");
+    EXPECT_EQ(h.get(cms).status, 200u);  // count 1: used up
+
+    FaultRule five;
+    five.status = 503;
+    five.method = "POST";
+    five.count = -1;
+    c->add_fault(five);
+    EXPECT_EQ(h.get(cms).status, 200u);
+    auto p1 = h.post(cms, configmap("f"));
+    EXPECT_EQ(p1.status, 503u);
+    EXPECT_EQ(str(p1.obj().at("reason")), "ServiceUnavailable");
+    EXPECT_EQ(h.post(cms, configmap("f")).status, 503u);
+    c->clear_faults();
+    EXPECT_EQ(h.post(cms, configmap("f")).status, 201u);
+
+    FaultRule drop;
+    drop.action = FaultRule::Action::drop_before_response;
+    c->add_fault(drop);
+    auto d = h.get(cms);
+    EXPECT_TRUE(d.transport_error);
+    EXPECT_EQ(d.status, 0u);
+
+    FaultRule mid;
+    mid.action = FaultRule::Action::drop_mid_body;
+    c->add_fault(mid);
+    auto m = h.get(cms);
+    EXPECT_TRUE(m.transport_error);
+    EXPECT_EQ(m.status, 200u);
+
+    FaultRule slow;
+    slow.action = FaultRule::Action::latency;
+    slow.latency = std::chrono::milliseconds(300);
+    c->add_fault(slow);
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(h.get(cms).status, 200u);
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(290));
+}
+
+TEST(LocalApi, KubeconfigFile) {
+    LocalClusterOptions o;
+    auto c = LocalCluster::start(o);
+    ASSERT_TRUE(c);
+    auto path = std::filesystem::temp_directory_path() / ("kubesandbox-kc-" + std::to_string(::getpid()));
+    ASSERT_TRUE((*c)->write_kubeconfig(path));
+    std::ifstream in(path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("server: " + (*c)->url()), std::string::npos);
+    EXPECT_NE(text.find("token: " + (*c)->token()), std::string::npos);
+    EXPECT_NE(text.find("certificate-authority-data: "), std::string::npos);
+    std::filesystem::remove(path);
+    auto kc = (*c)->kube_config("ns1");
+    EXPECT_EQ(kc.server, (*c)->url());
+    EXPECT_EQ(kc.namespace_name, "ns1");
+    EXPECT_EQ(kc.certificate_authority_pem, (*c)->ca_pem());
+    (*c)->stop();
+    (*c)->stop();  // idempotent
+}
