@@ -11,6 +11,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -350,9 +351,11 @@ asio::awaitable<Result<kube::RawResponse>> KubeClient::Impl::attempt(const kube:
         conn->stream.close();
         if (steady_clock::now() >= deadline) co_return fail(errc::timeout, "API request timed out");
         if (rec == http::error::end_of_stream || rec == http::error::partial_message || rec == asio::error::eof ||
-            rec == asio::error::connection_reset || rec == asio::error::broken_pipe) {
-            // A reused keep-alive connection the server had closed: the request never ran.
-            if (reused && rn == 0 && parser.got_some() == false) request_sent = false;
+            rec == asio::error::connection_reset || rec == asio::error::broken_pipe ||
+            rec == asio::ssl::error::stream_truncated) {
+            // Even on a reused connection the server may have acted on the request before
+            // closing: a non-idempotent request is never replayed once written (idle sockets
+            // are checked before reuse instead).
             co_return fail(errc::connection_closed, "the API server closed the connection before a full response (" + rec.message() + ")");
         }
         co_return fail(errc::invalid_response, "reading the response: " + rec.message());

@@ -23,7 +23,8 @@ if [ ! -d "$d" ]; then
   mkdir -p -- "$d" 2>/dev/null || { [ -e "$d" ] && exit 22; exit 20; }
 fi
 [ -d "$p" ] && exit 21
-{ : > "$p"; } 2>/dev/null || exit 20
+# `true`, not `:`: a failed redirection on a special built-in would end the shell.
+{ true > "$p"; } 2>/dev/null || exit 20
 exec head -c "$n" > "$p"
 )SH";
 

@@ -495,4 +495,94 @@ TEST_F(RawProviderTest, NamespacePerSandbox) {
     });
 }
 
+TEST_F(RawProviderTest, NetworkPolicyFailureIsFailClosed) {
+    auto p = provider();
+    FaultRule rule;
+    rule.path_contains = "/networkpolicies";
+    rule.method = "POST";
+    rule.count = -1;
+    rule.status = 403;
+    cluster_->add_fault(rule);
+    run([&]() -> asio::awaitable<void> {
+        GetOrCreateOptions o;
+        o.sandbox_id = "np-denied";
+        auto sb = co_await p->get_or_create(o);
+        EXPECT_FALSE(sb) << "a sandbox started without its NetworkPolicy";
+        if (!sb) {
+            EXPECT_TRUE(sb.error().is(errc::forbidden)) << sb.error().describe();
+        }
+        const ResourcePath pod_path = pods("default").with_name(RawProvider::pod_name_for("np-denied"));
+        auto pod = co_await client_->get(pod_path);
+        EXPECT_FALSE(pod);
+    });
+    cluster_->clear_faults();
+}
+
+TEST_F(RawProviderTest, ReadOnlyRootHasWritableWorkdirAndTmp) {
+    RawProviderConfig cfg;
+    cfg.read_only_root_filesystem = true;
+    auto p = provider(cfg);
+    run([&]() -> asio::awaitable<void> {
+        GetOrCreateOptions o;
+        o.sandbox_id = "read-only";
+        auto sb = co_await p->get_or_create(o);
+        EXPECT_TRUE(sb) << sb.error().describe();
+        if (!sb) co_return;
+        auto out = co_await (*sb)->execute("pwd && touch a /tmp/b && echo ok");
+        EXPECT_TRUE(out);
+        if (out) {
+            EXPECT_EQ(out->output, "/workspace\nok\n");
+            EXPECT_EQ(out->exit_code, 0);
+        }
+        auto st = co_await p->stats();
+        EXPECT_TRUE(st);
+        if (st) {
+            EXPECT_EQ(st->running, 1);
+        }
+        std::string id = "read-only";
+        auto d = co_await p->delete_sandbox(id);
+        EXPECT_TRUE(d && *d);
+    });
+}
+
+TEST_F(RawProviderTest, ActivityIsRecordedDebouncedAfterExecute) {
+    RawProviderConfig cfg;
+    cfg.activity_debounce = std::chrono::seconds(60);
+    auto p = provider(cfg);
+    run([&]() -> asio::awaitable<void> {
+        GetOrCreateOptions o;
+        o.sandbox_id = "activity";
+        auto sb = co_await p->get_or_create(o);
+        EXPECT_TRUE(sb) << sb.error().describe();
+        if (!sb) co_return;
+        const ResourcePath path = pods("default").with_name((*sb)->pod_name());
+        auto before = co_await client_->get(path);
+        EXPECT_TRUE(before);
+        if (before) {
+            EXPECT_EQ(str(*before, {"metadata", "annotations", "kubesandbox.io/last-activity"}), "");
+        }
+        auto out = co_await (*sb)->execute("true");
+        EXPECT_TRUE(out);
+        std::string first;
+        for (int i = 0; i < 50 && first.empty(); ++i) {
+            co_await sleep_for(100ms);
+            auto pod = co_await client_->get(path);
+            if (pod) first = str(*pod, {"metadata", "annotations", "kubesandbox.io/last-activity"});
+        }
+        EXPECT_FALSE(first.empty()) << "last-activity not written after execute";
+        co_await sleep_for(20ms);
+        auto out2 = co_await (*sb)->execute("true");
+        EXPECT_TRUE(out2);
+        co_await sleep_for(500ms);
+        auto pod = co_await client_->get(path);
+        EXPECT_TRUE(pod);
+        if (pod) {
+            EXPECT_EQ(str(*pod, {"metadata", "annotations", "kubesandbox.io/last-activity"}), first) << "not debounced";
+        }
+        std::string id = "activity";
+        auto d = co_await p->delete_sandbox(id);
+        EXPECT_TRUE(d && *d);
+    });
+}
+
 }  // namespace

@@ -1,0 +1,320 @@
+// KubernetesSandbox and KubeClient against the embedded local cluster: real pods, real exec
+// WebSockets, real faults injected into the API server.
+#include <kubesandbox/kubernetes_sandbox.hpp>
+#include <kubesandbox/local_cluster.hpp>
+#include <kubesandbox/raw_provider.hpp>
+
+#include "../support/run_test.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace {
+namespace asio = boost::asio;
+namespace json = boost::json;
+using namespace kubesandbox;
+using namespace std::chrono_literals;
+
+asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
+    asio::steady_timer t(co_await asio::this_coro::executor);
+    t.expires_after(d);
+    co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+}
+
+class SandboxTest : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        data_dir_ = std::filesystem::temp_directory_path() / ("ksb-sandbox-" + std::to_string(::getpid()));
+        std::filesystem::create_directories(data_dir_);
+        std::filesystem::permissions(data_dir_, std::filesystem::perms(0755));
+        LocalClusterOptions options;
+        options.data_dir = data_dir_;
+        auto c = LocalCluster::start(options);
+        ASSERT_TRUE(c) << c.error().describe();
+        cluster_ = std::move(*c);
+    }
+    static void TearDownTestSuite() {
+        cluster_.reset();
+        std::error_code ec;
+        std::filesystem::remove_all(data_dir_, ec);
+    }
+    void SetUp() override {
+        ASSERT_TRUE(cluster_);
+        cluster_->clear_faults();
+    }
+    void TearDown() override { cluster_->clear_faults(); }
+
+    RawProvider provider(std::string image = "busybox") {
+        RawProviderConfig cfg;
+        cfg.image = std::move(image);
+        cfg.startup_timeout = 60s;
+        return RawProvider(KubeClient(io_.get_executor(), cluster_->kube_config()), cfg);
+    }
+    KubeClient client() { return KubeClient(io_.get_executor(), cluster_->kube_config()); }
+
+    template <class F>
+    void run(F f, std::chrono::seconds deadline = 120s) {
+        kubesandbox::test::run_coroutine_test(io_, f, deadline);
+    }
+
+    static inline std::unique_ptr<LocalCluster> cluster_{};
+    static inline std::filesystem::path data_dir_{};
+    asio::io_context io_;
+};
+
+TEST_F(SandboxTest, ExitCodesAndOutputComposition) {
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        auto& s = **sb;
+        for (int code : {0, 1, 255}) {
+            auto r = co_await s.execute("exit " + std::to_string(code));
+            EXPECT_TRUE(r && r->exit_code == code) << code;
+        }
+        auto missing = co_await s.execute("no-such-command-xyz");
+        EXPECT_TRUE(missing && missing->exit_code == 127);
+        auto err_only = co_await s.execute("echo oops >&2");
+        EXPECT_TRUE(err_only && err_only->output == "oops\n");
+        auto both = co_await s.execute("printf out; printf err >&2");
+        EXPECT_TRUE(both && both->output == "out\nerr");
+        auto cwd = co_await s.execute("pwd");
+        EXPECT_TRUE(cwd && cwd->output == "/workspace\n");
+        auto binary = co_await s.execute("printf 'a\\000b\\r\\n\\377'");
+        EXPECT_TRUE(binary && binary->output == std::string("a\0b\r\n\xff", 6));
+        co_await p.delete_sandbox(s.pod_name());
+    });
+}
+
+TEST_F(SandboxTest, LargeOutputIsCappedOnUtf8BoundaryAndDrained) {
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        // 20 MB through the default 1 MiB cap: truncated, and the exit status still arrives.
+        auto big = co_await (*sb)->execute("head -c 20000000 /dev/zero | tr '\\000' a; exit 3");
+        EXPECT_TRUE(big.has_value());
+        if (big) {
+            EXPECT_EQ(big->output.size(), 1024u * 1024u);
+            EXPECT_TRUE(big->truncated);
+            EXPECT_EQ(big->exit_code, 3);
+        }
+        // A 5-byte cap over two-byte characters cuts after the second character, not inside one.
+        KubernetesSandboxOptions small;
+        small.max_output_bytes = 5;
+        KubernetesSandbox capped(client(), (*sb)->namespace_name(), (*sb)->pod_name(), small);
+        auto utf8 = co_await capped.execute("printf '\\303\\251\\303\\251\\303\\251'");
+        EXPECT_TRUE(utf8 && utf8->output == "\xc3\xa9\xc3\xa9" && utf8->truncated);
+        co_await p.delete_sandbox((*sb)->pod_name());
+    });
+}
+
+TEST_F(SandboxTest, TimeoutReturns124AndKillsTheRemoteProcesses) {
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        auto start = std::chrono::steady_clock::now();
+        auto r = co_await (*sb)->execute("sleep 301 & sleep 302; echo never", std::chrono::seconds(1));
+        EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+        EXPECT_TRUE(r.has_value());
+        if (r) {
+            EXPECT_EQ(r->exit_code, 124);
+            EXPECT_EQ(r->output, "Command timed out after 1 seconds");
+        }
+        auto ps = co_await (*sb)->execute("ps");
+        EXPECT_TRUE(ps.has_value());
+        if (ps) {
+            EXPECT_EQ(ps->output.find("sleep 301"), std::string::npos) << ps->output;
+            EXPECT_EQ(ps->output.find("sleep 302"), std::string::npos) << ps->output;
+        }
+        co_await p.delete_sandbox((*sb)->pod_name());
+    });
+}
+
+TEST_F(SandboxTest, FilesRoundTripByteExactWithHostileNames) {
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        std::string all_bytes;
+        for (int i = 0; i < 256 * 64; ++i) all_bytes.push_back(static_cast<char>(i % 256));
+        const std::vector<std::string> names = {
+            "/workspace/deep/er/plain.bin",
+            "/workspace/dir with space/$HOME `id` \"q\" 'x'.bin",
+            "/workspace/-leading-dash",
+            "/workspace/new\nline",
+            "/tmp/../workspace/dots..bin",
+        };
+        std::vector<std::pair<std::string, std::string>> files;
+        for (const auto& n : names) files.emplace_back(n, all_bytes + n);
+        files.emplace_back("relative/path", "x");
+        files.emplace_back("/etc/hosts", "x");       // read-only root: permission denied
+        files.emplace_back("/workspace", "x");       // a directory
+        auto up = co_await (*sb)->upload_files(files);
+        EXPECT_TRUE(up.has_value());
+        if (!up) co_return;
+        EXPECT_EQ(up->size(), files.size());
+        for (std::size_t i = 0; i < names.size(); ++i) {
+            EXPECT_EQ((*up)[i].path, names[i]);
+            EXPECT_FALSE((*up)[i].error.has_value()) << names[i] << ": " << (*up)[i].error.value_or("");
+        }
+        EXPECT_EQ((*up)[names.size()].error, std::optional<std::string>("invalid_path"));
+        EXPECT_EQ((*up)[names.size() + 1].error, std::optional<std::string>("permission_denied"));
+        EXPECT_EQ((*up)[names.size() + 2].error, std::optional<std::string>("is_directory"));
+
+        co_await (*sb)->execute("touch /workspace/secret && chmod 000 /workspace/secret");
+        std::vector<std::string> wanted = names;
+        wanted.push_back("/workspace/missing");
+        wanted.push_back("/workspace");
+        wanted.push_back("rel");
+        wanted.push_back("/workspace/secret");
+        auto down = co_await (*sb)->download_files(wanted);
+        EXPECT_TRUE(down.has_value());
+        if (!down) co_return;
+        EXPECT_EQ(down->size(), wanted.size());
+        for (std::size_t i = 0; i < names.size(); ++i) {
+            EXPECT_TRUE((*down)[i].content.has_value()) << names[i];
+            if ((*down)[i].content) {
+                EXPECT_TRUE(*(*down)[i].content == all_bytes + names[i]) << names[i];
+            }
+        }
+        EXPECT_EQ((*down)[names.size()].error, std::optional<std::string>("file_not_found"));
+        EXPECT_EQ((*down)[names.size() + 1].error, std::optional<std::string>("is_directory"));
+        EXPECT_EQ((*down)[names.size() + 2].error, std::optional<std::string>("invalid_path"));
+        EXPECT_EQ((*down)[names.size() + 3].error, std::optional<std::string>("permission_denied"));
+        // Nothing was executed by the names themselves.
+        auto check = co_await (*sb)->execute("ls /workspace | wc -l");
+        EXPECT_TRUE(check && check->exit_code == 0);
+        co_await p.delete_sandbox((*sb)->pod_name());
+    });
+}
+
+TEST_F(SandboxTest, StdinStreamsThroughV5Close) {
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        std::string input(3 * 1024 * 1024 + 7, 'z');
+        input[12345] = '\0';
+        KubernetesSandboxOptions opts;
+        opts.max_output_bytes = 8 * 1024 * 1024;
+        KubernetesSandbox raw(client(), (*sb)->namespace_name(), (*sb)->pod_name(), opts);
+        std::vector<std::string> argv{"cat"};
+        auto r = co_await raw.run(argv, input, std::chrono::seconds(60));
+        EXPECT_TRUE(r.has_value());
+        if (r) {
+            EXPECT_EQ(r->exit_code, 0);
+            EXPECT_TRUE(r->output == input);
+        }
+        co_await p.delete_sandbox((*sb)->pod_name());
+    });
+}
+
+TEST_F(SandboxTest, PodDeletedMidCommandIsATypedErrorNotAHang) {
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        auto kc = client();
+        ResourcePath pod;
+        pod.plural = "pods";
+        pod.namespace_name = (*sb)->namespace_name();
+        pod.name = (*sb)->pod_name();
+        auto deleter = [&]() -> asio::awaitable<void> {
+            co_await sleep_for(1000ms);
+            DeleteOptions now;
+            now.grace_period_seconds = 0;
+            co_await kc.remove(pod, now);
+        };
+        asio::co_spawn(io_, deleter, asio::detached);
+        auto start = std::chrono::steady_clock::now();
+        auto r = co_await (*sb)->execute("sleep 120", std::chrono::seconds(0));
+        EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+        // Either a typed error, or (when the runtime reported the kill) a non-zero exit.
+        if (r) {
+            EXPECT_NE(r->exit_code, std::optional<int>(0));
+        } else {
+            EXPECT_TRUE(r.error().is(errc::not_found) || r.error().is(errc::pod_failed) ||
+                        r.error().is(errc::connection_closed))
+                << r.error().describe();
+        }
+        co_await p.delete_sandbox((*sb)->pod_name());
+    }, 60s);
+}
+
+TEST_F(SandboxTest, ClientRetriesIdempotentRequestsOnInjectedFaults) {
+    auto kc = client();
+    ResourcePath cms;
+    cms.plural = "configmaps";
+    cms.namespace_name = "default";
+    json::object cm;
+    cm["metadata"].emplace_object()["name"] = "fault-probe";
+    run([&]() -> asio::awaitable<void> {
+        auto created = co_await kc.create(cms, cm);
+        EXPECT_TRUE(created.has_value());
+        FaultRule fail500;
+        fail500.path_contains = "/configmaps/fault-probe";
+        fail500.method = "GET";
+        fail500.count = 2;
+        fail500.status = 500;
+        cluster_->add_fault(fail500);
+        auto got = co_await kc.get(cms.with_name("fault-probe"));
+        EXPECT_TRUE(got.has_value()) << (got ? "" : got.error().describe());
+
+        FaultRule throttle;
+        throttle.path_contains = "/configmaps";
+        throttle.method = "GET";
+        throttle.count = 1;
+        throttle.status = 429;
+        throttle.retry_after_seconds = 1;
+        cluster_->add_fault(throttle);
+        auto listed = co_await kc.list(cms);
+        EXPECT_TRUE(listed.has_value());
+
+        // A create whose response is lost is not replayed: typed error, no duplicate.
+        FaultRule drop;
+        drop.path_contains = "/configmaps";
+        drop.method = "POST";
+        drop.count = 1;
+        drop.action = FaultRule::Action::drop_before_response;
+        cluster_->add_fault(drop);
+        json::object cm2;
+        cm2["metadata"].emplace_object()["generateName"] = "dropped-";
+        auto lost = co_await kc.create(cms, cm2);
+        EXPECT_FALSE(lost.has_value()) << "a lost create must not be replayed";
+        if (!lost) {
+            EXPECT_TRUE(lost.error().is(errc::connection_closed)) << lost.error().describe() << " / " << lost.error().code.message();
+        }
+
+        // Marked idempotent (fixed name): retried, and a 409 after a lost response means ours.
+        cluster_->add_fault(drop);
+        json::object cm3;
+        cm3["metadata"].emplace_object()["name"] = "fixed-name";
+        CreateOptions idem;
+        idem.idempotent = true;
+        auto again = co_await kc.create(cms, cm3, idem);
+        EXPECT_TRUE(again.has_value() || again.error().is(errc::already_exists));
+        co_await kc.remove(cms.with_name("fault-probe"));
+        co_await kc.remove(cms.with_name("fixed-name"));
+    });
+}
+
+}  // namespace
