@@ -858,7 +858,7 @@ void scenario_concurrent(asio::io_context& io, LocalCluster& cluster, const Env&
             rows.push_back(latency_row(name, "latency per call", lat));
             rows.push_back(single_row(name, "throughput", "calls/s", sz.concurrent_calls / wall));
             rows.push_back(single_row(name, "client peak RSS (ru_maxrss)", "MiB", static_cast<double>(r.max_rss_kb) / 1024));
-            rows.push_back(single_row(name, "client RSS before the calls", "MiB", base_kb / 1024));
+            rows.push_back(single_row(name, "client peak RSS before the calls", "MiB", base_kb / 1024));
         }
     }
     run_on(io, [&]() -> asio::awaitable<void> { co_await delete_all_sandboxes(provider); }, 600s, "concurrent cleanup");
@@ -962,7 +962,9 @@ int main(int argc, char** argv) {
     }
 
     print_table(std::cout);
-    std::cout << "\nspeed-up: the other row's median over this row's (time), or this row's over the other's (MB/s).\n";
+    std::cout << "\np99: nearest rank (the maximum below 100 samples); for MB/s rows p99 and best are the rates of\n"
+                 "the slowest and fastest runs. Speed-up: the peer's median time over ours, or our MB/s over the\n"
+                 "peer's. kubectl rows include starting the kubectl process, as a user pays it.\n";
     std::cout << "total " << fmt(seconds_since(total0)) << " s\n";
     for (const auto& f : failures) std::cerr << "FAILED: " << f << "\n";
 

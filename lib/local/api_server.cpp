@@ -530,7 +530,9 @@ struct ApiServer::Impl {
     std::map<std::string, std::shared_ptr<asio::steady_timer>> pod_grace_timers;  // uid -> timer
     std::set<std::string> terminating_namespaces;
     bool stopping = false;
-    std::set<net::AnyStream*> connections;  // open connections still served here
+    // Open connections still served here. Shared: connection coroutines suspended at shutdown are
+    // destroyed with the io_context, possibly after this Impl, and must still find the set.
+    std::shared_ptr<std::set<net::AnyStream*>> connections = std::make_shared<std::set<net::AnyStream*>>();
 
     Impl(asio::any_io_executor ex, ApiServerOptions opts, FaultList& f)
         : executor(std::move(ex)), options(std::move(opts)), faults(f) {
@@ -1457,10 +1459,10 @@ void ApiServer::shutdown() {
     expire_watches();
     for (auto& [uid, timer] : impl_->pod_grace_timers) timer->cancel();
     impl_->pod_grace_timers.clear();
-    for (auto* s : impl_->connections) s->close();
+    for (auto* s : *impl_->connections) s->close();
 }
 
-std::size_t ApiServer::open_connections() const { return impl_->connections.size(); }
+std::size_t ApiServer::open_connections() const { return impl_->connections->size(); }
 
 // ---------------------------------------------------------------------------------------------
 // HTTP
@@ -1883,12 +1885,12 @@ static asio::awaitable<bool> handle(ApiServer::Impl& impl, Conn& conn, Request& 
 
 asio::awaitable<void> ApiServer::serve(net::AnyStream stream) {
     Conn conn{std::move(stream), beast::flat_buffer()};
-    impl_->connections.insert(&conn.stream);
+    impl_->connections->insert(&conn.stream);
     struct Untrack {
-        Impl& impl;
+        std::shared_ptr<std::set<net::AnyStream*>> set;
         net::AnyStream* s;
-        ~Untrack() { impl.connections.erase(s); }
-    } untrack{*impl_, &conn.stream};
+        ~Untrack() { set->erase(s); }
+    } untrack{impl_->connections, &conn.stream};
     for (;;) {
         if (impl_->stopping) break;
         http::request_parser<http::string_body> parser;

@@ -11,6 +11,7 @@ import tempfile
 import threading
 import time
 
+from kubernetes.stream import stream
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
@@ -29,6 +30,7 @@ def check(name, ok, detail=""):
 def main():
     binary = sys.argv[1]
     tmp = tempfile.mkdtemp()
+    os.chmod(tmp, 0o755)  # pods run as an unprivileged uid that must reach the data dir
     kubeconfig = os.path.join(tmp, "kubeconfig")
     log = open(os.path.join(tmp, "server.log"), "w")
     proc = subprocess.Popen([binary, "--kubeconfig", kubeconfig, "--data-dir", os.path.join(tmp, "data")],
@@ -131,6 +133,40 @@ def run(kubeconfig):
     check("patch pod", core.read_namespaced_pod("p", ns).metadata.labels == {"a": "b"})
     core.delete_namespaced_pod("p", ns, grace_period_seconds=0)
     check("delete pod", not [p for p in core.list_namespaced_pod(ns).items if p.metadata.name == "p"])
+
+    # Exec streaming through the client's WebSocket implementation.
+    runner = client.V1Pod(metadata=client.V1ObjectMeta(name="runner"),
+                          spec=client.V1PodSpec(containers=[client.V1Container(
+                              name="c", image="busybox", command=["sleep", "3600"])]))
+    core.create_namespaced_pod(ns, runner)
+    ready = False
+    deadline = time.time() + 30
+    while time.time() < deadline and not ready:
+        conds = core.read_namespaced_pod("runner", ns).status.conditions or []
+        ready = any(c.type == "Ready" and c.status == "True" for c in conds)
+        if not ready:
+            time.sleep(0.2)
+    check("exec pod ready", ready)
+    resp = stream(core.connect_get_namespaced_pod_exec, "runner", ns,
+                  command=["sh", "-c", "for i in 1 2 3; do echo line$i; sleep 0.2; done; echo bad >&2; exit 4"],
+                  stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+    out, err, chunks = "", "", 0
+    while resp.is_open():
+        resp.update(timeout=1)
+        if resp.peek_stdout():
+            out += resp.read_stdout()
+            chunks += 1
+        if resp.peek_stderr():
+            err += resp.read_stderr()
+    resp.close()
+    check("exec streams stdout", out == "line1\nline2\nline3\n", repr(out))
+    check("exec streams in pieces", chunks >= 2, f"chunks={chunks}")
+    check("exec stderr", err == "bad\n", repr(err))
+    check("exec exit code", resp.returncode == 4, f"returncode={resp.returncode}")
+    echoed = stream(core.connect_get_namespaced_pod_exec, "runner", ns, command=["echo", "hi"],
+                    stderr=True, stdin=False, stdout=True, tty=False)
+    check("exec preloaded", echoed == "hi\n", repr(echoed))
+    core.delete_namespaced_pod("runner", ns, grace_period_seconds=0)
 
     core.delete_namespace(ns)
     deadline = time.time() + 10
