@@ -76,6 +76,25 @@ std::size_t utf8_safe_cut(std::string_view s, std::size_t cap) {
     return cut;
 }
 
+ExecuteResponse timed_out_response(std::chrono::seconds limit) {
+    ExecuteResponse r;
+    r.output = "Command timed out after " + std::to_string(limit.count()) + " seconds";
+    r.exit_code = 124;
+    return r;
+}
+
+// stdout, then "\n" + stderr when both are non-empty, capped on a UTF-8 boundary.
+ExecuteResponse compose_response(kube::ExecOutcome& outcome, std::size_t cap) {
+    ExecuteResponse r;
+    r.output = std::move(outcome.stdout_data);
+    if (!r.output.empty() && !outcome.stderr_data.empty()) r.output += '\n';
+    r.output += outcome.stderr_data;
+    r.truncated = outcome.stdout_truncated || outcome.stderr_truncated || r.output.size() > cap;
+    if (r.truncated) r.output.resize(utf8_safe_cut(r.output, cap));
+    r.exit_code = outcome.exit_code;
+    return r;
+}
+
 bool is_absolute_clean_path(std::string_view p) {
     return !p.empty() && p.front() == '/' && p.find('\0') == std::string_view::npos;
 }
@@ -145,20 +164,9 @@ asio::awaitable<Result<ExecuteResponse>> KubernetesSandbox::execute(std::string 
         kill_run.max_stderr = 4096;
         kill_run.timeout = std::chrono::seconds(30);
         co_await kube::run_exec(client_.impl(), std::move(killer), std::move(kill_run));
-        ExecuteResponse r;
-        r.output = "Command timed out after " + std::to_string(limit.count()) + " seconds";
-        r.exit_code = 124;
-        co_return r;
+        co_return timed_out_response(limit);
     }
-    ExecuteResponse r;
-    r.output = std::move(outcome->stdout_data);
-    if (!r.output.empty() && !outcome->stderr_data.empty()) r.output += '\n';
-    r.output += outcome->stderr_data;
-    r.truncated = outcome->stdout_truncated || outcome->stderr_truncated;
-    if (r.output.size() > options_.max_output_bytes) r.truncated = true;
-    if (r.truncated) r.output.resize(utf8_safe_cut(r.output, options_.max_output_bytes));
-    r.exit_code = outcome->exit_code;
-    co_return r;
+    co_return compose_response(*outcome, options_.max_output_bytes);
 }
 
 asio::awaitable<Result<ExecuteResponse>> KubernetesSandbox::run(std::vector<std::string> argv, std::string stdin_data,
@@ -177,18 +185,8 @@ asio::awaitable<Result<ExecuteResponse>> KubernetesSandbox::run(std::vector<std:
     if (limit.count() > 0) run.timeout = limit;
     auto outcome = co_await kube::run_exec(client_.impl(), std::move(target), std::move(run));
     if (!outcome) co_return fail(outcome.error());
-    ExecuteResponse r;
-    if (outcome->timed_out) {
-        r.output = "Command timed out after " + std::to_string(limit.count()) + " seconds";
-        r.exit_code = 124;
-        co_return r;
-    }
-    r.output = std::move(outcome->stdout_data);
-    if (!r.output.empty() && !outcome->stderr_data.empty()) r.output += '\n';
-    r.output += outcome->stderr_data;
-    r.truncated = outcome->stdout_truncated || outcome->stderr_truncated;
-    r.exit_code = outcome->exit_code;
-    co_return r;
+    if (outcome->timed_out) co_return timed_out_response(limit);
+    co_return compose_response(*outcome, options_.max_output_bytes);
 }
 
 asio::awaitable<Result<std::vector<FileUploadResponse>>> KubernetesSandbox::upload_files(
