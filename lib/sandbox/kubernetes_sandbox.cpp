@@ -95,10 +95,6 @@ ExecuteResponse compose_response(kube::ExecOutcome& outcome, std::size_t cap) {
     return r;
 }
 
-bool is_absolute_clean_path(std::string_view p) {
-    return !p.empty() && p.front() == '/' && p.find('\0') == std::string_view::npos;
-}
-
 std::optional<std::string> file_error_for_exit(int code) {
     switch (code) {
     case 0: return std::nullopt;
@@ -108,6 +104,28 @@ std::optional<std::string> file_error_for_exit(int code) {
     default: return "error (exit code " + std::to_string(code) + ")";
     }
 }
+
+kube::ExecTarget make_target(const KubernetesSandbox& sandbox, std::vector<std::string> argv, bool with_stdin) {
+    kube::ExecTarget target;
+    target.namespace_name = sandbox.namespace_name();
+    target.pod = sandbox.pod_name();
+    target.container = sandbox.options().container;
+    target.command = std::move(argv);
+    target.stdin = with_stdin;
+    return target;
+}
+
+// The per-file error of a transfer that ran: none, one of the literals, or a description.
+std::optional<std::string> transfer_error(const kube::ExecOutcome& outcome) {
+    if (outcome.timed_out) return std::string("timeout");
+    if (!outcome.exit_code) return std::string("unknown result (no exit status)");
+    return file_error_for_exit(*outcome.exit_code);
+}
+
+bool is_absolute_clean_path(std::string_view p) {
+    return !p.empty() && p.front() == '/' && p.find('\0') == std::string_view::npos;
+}
+
 
 }  // namespace
 
@@ -125,11 +143,7 @@ asio::awaitable<Result<ExecuteResponse>> KubernetesSandbox::execute(std::string 
                                                                     std::optional<std::chrono::seconds> timeout) {
     const std::chrono::seconds limit = timeout.value_or(options_.default_timeout);
     const std::string marker = random_marker();
-    kube::ExecTarget target;
-    target.namespace_name = namespace_;
-    target.pod = pod_;
-    target.container = options_.container;
-    target.command = {"env", "KUBESANDBOX_EXEC=" + marker, options_.shell, "-c", std::move(command)};
+    kube::ExecTarget target = make_target(*this, {"env", "KUBESANDBOX_EXEC=" + marker, options_.shell, "-c", std::move(command)}, false);
     kube::ExecRunOptions run;
     run.max_stdout = options_.max_output_bytes;
     run.max_stderr = options_.max_output_bytes;
@@ -154,11 +168,7 @@ asio::awaitable<Result<ExecuteResponse>> KubernetesSandbox::execute(std::string 
     }
     if (outcome->timed_out) {
         // Kill what the command left running; its output so far is dropped, as the reference does.
-        kube::ExecTarget killer;
-        killer.namespace_name = namespace_;
-        killer.pod = pod_;
-        killer.container = options_.container;
-        killer.command = {options_.shell, "-c", kill_script, "sh", marker};
+        kube::ExecTarget killer = make_target(*this, {options_.shell, "-c", kill_script, "sh", marker}, false);
         kube::ExecRunOptions kill_run;
         kill_run.max_stdout = 4096;
         kill_run.max_stderr = 4096;
@@ -171,12 +181,7 @@ asio::awaitable<Result<ExecuteResponse>> KubernetesSandbox::execute(std::string 
 
 asio::awaitable<Result<ExecuteResponse>> KubernetesSandbox::run(std::vector<std::string> argv, std::string stdin_data,
                                                                 std::optional<std::chrono::seconds> timeout) {
-    kube::ExecTarget target;
-    target.namespace_name = namespace_;
-    target.pod = pod_;
-    target.container = options_.container;
-    target.command = std::move(argv);
-    target.stdin = true;
+    kube::ExecTarget target = make_target(*this, std::move(argv), true);
     kube::ExecRunOptions run;
     run.stdin_data = std::move(stdin_data);
     run.max_stdout = options_.max_output_bytes;
@@ -201,12 +206,7 @@ asio::awaitable<Result<std::vector<FileUploadResponse>>> KubernetesSandbox::uplo
             out.push_back(std::move(r));
             continue;
         }
-        kube::ExecTarget target;
-        target.namespace_name = namespace_;
-        target.pod = pod_;
-        target.container = options_.container;
-        target.command = {options_.shell, "-c", upload_script, "sh", path, std::to_string(content.size())};
-        target.stdin = true;
+        kube::ExecTarget target = make_target(*this, {options_.shell, "-c", upload_script, "sh", path, std::to_string(content.size())}, true);
         kube::ExecRunOptions run;
         run.stdin_data = std::move(content);
         run.max_stdout = 64 * 1024;
@@ -214,13 +214,7 @@ asio::awaitable<Result<std::vector<FileUploadResponse>>> KubernetesSandbox::uplo
         run.timeout = options_.default_timeout;
         auto outcome = co_await kube::run_exec(client_.impl(), std::move(target), std::move(run));
         if (!outcome) co_return fail(outcome.error());
-        if (outcome->timed_out) {
-            r.error = "timeout";
-        } else if (!outcome->exit_code) {
-            r.error = "unknown result (no exit status)";
-        } else {
-            r.error = file_error_for_exit(*outcome->exit_code);
-        }
+        r.error = transfer_error(*outcome);
         out.push_back(std::move(r));
     }
     if (options_.on_activity) options_.on_activity();
@@ -238,25 +232,14 @@ asio::awaitable<Result<std::vector<FileDownloadResponse>>> KubernetesSandbox::do
             out.push_back(std::move(r));
             continue;
         }
-        kube::ExecTarget target;
-        target.namespace_name = namespace_;
-        target.pod = pod_;
-        target.container = options_.container;
-        target.command = {options_.shell, "-c", download_script, "sh", path};
+        kube::ExecTarget target = make_target(*this, {options_.shell, "-c", download_script, "sh", path}, false);
         kube::ExecRunOptions run;
         run.max_stderr = 64 * 1024;
         run.timeout = options_.default_timeout;
         auto outcome = co_await kube::run_exec(client_.impl(), std::move(target), std::move(run));
         if (!outcome) co_return fail(outcome.error());
-        if (outcome->timed_out) {
-            r.error = "timeout";
-        } else if (!outcome->exit_code) {
-            r.error = "unknown result (no exit status)";
-        } else if (*outcome->exit_code == 0) {
-            r.content = std::move(outcome->stdout_data);
-        } else {
-            r.error = file_error_for_exit(*outcome->exit_code);
-        }
+        r.error = transfer_error(*outcome);
+        if (!r.error) r.content = std::move(outcome->stdout_data);
         out.push_back(std::move(r));
     }
     if (options_.on_activity) options_.on_activity();
