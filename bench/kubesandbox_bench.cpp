@@ -182,11 +182,14 @@ Row single_row(std::string scenario, std::string variant, std::string unit, doub
 }
 
 // "x2.5 vs kubectl": how many times faster the first row is than the second, by the median.
-std::string speedup(const Row& ours, const Row& peer, const std::string& peer_name) {
+std::string speedup(const Row& ours, const Row& peer, const std::string& peer_name, bool cpu = false) {
     if (ours.median <= 0 || peer.median <= 0) return {};
     double f = ours.unit == "MB/s" ? ours.median / peer.median : peer.median / ours.median;
     char buf[96];
-    std::snprintf(buf, sizeof buf, "%.2fx faster than %s", f, peer_name.c_str());
+    const char* better = cpu ? "less CPU" : "faster";
+    const char* worse = cpu ? "more CPU" : "slower";
+    if (f >= 1) std::snprintf(buf, sizeof buf, "%.2fx %s than %s", f, better, peer_name.c_str());
+    else std::snprintf(buf, sizeof buf, "%.2fx %s than %s", 1 / f, worse, peer_name.c_str());
     return buf;
 }
 
@@ -211,7 +214,13 @@ struct ProcResult {
     double seconds = 0;
     std::string out{};  // stdout when captured
     long max_rss_kb = 0;
+    double cpu_seconds = 0;  // user + system of the child itself
 };
+
+double cpu_of(const struct rusage& ru) {
+    return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
 
 // Spawns argv (PATH search) with `extra_env` added, stdin from /dev/null, stdout captured or sent
 // to /dev/null, stderr inherited, and waits for it. Blocks the calling thread.
@@ -270,6 +279,7 @@ ProcResult run_process(const std::vector<std::string>& argv, const std::vector<s
     res.seconds = seconds_since(t0);
     res.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     res.max_rss_kb = ru.ru_maxrss;
+    res.cpu_seconds = cpu_of(ru);
     return res;
 }
 
@@ -603,12 +613,17 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
     KubernetesSandboxOptions big;
     big.max_output_bytes = static_cast<std::size_t>(bytes) + 1024 * 1024;
     KubernetesSandbox bulk(KubeClient(io.get_executor(), cluster.kube_config()), ns, pod, big);
-    std::vector<double> our_tp, their_tp;
+    std::vector<double> our_tp, their_tp, our_cpu, their_cpu;
     run_on(io, [&]() -> asio::awaitable<void> {
         for (int i = 0; i < sz.throughput_reps; ++i) {
+            // The client runs on this thread alone (the cluster has its own): its CPU time.
+            struct rusage c0 {}, c1 {};
+            ::getrusage(RUSAGE_THREAD, &c0);
             auto t0 = Clock::now();
             auto r = co_await bulk.execute(cmd, std::chrono::seconds(600));
             double d = seconds_since(t0);
+            ::getrusage(RUSAGE_THREAD, &c1);
+            our_cpu.push_back(cpu_of(c1) - cpu_of(c0));
             if (!r || r->exit_code != 0 || r->output.size() != static_cast<std::size_t>(bytes) || r->truncated) {
                 std::string why = r ? "got " + std::to_string(r->output.size()) + " bytes, exit " +
                                           std::to_string(r->exit_code.value_or(-1))
@@ -630,6 +645,7 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
                 break;
             }
             their_tp.push_back(r.seconds);
+            their_cpu.push_back(r.cpu_seconds);
         }
         Row peer = throughput_row(tp_name, "kubectl exec > /dev/null", their_tp, static_cast<double>(bytes));
         our_row.versus = speedup(our_row, peer, "kubectl");
@@ -637,6 +653,15 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
         rows.push_back(peer);
     } else {
         rows.push_back(our_row);
+    }
+    Row our_cpu_row = latency_row(tp_name, "client CPU per run: KubernetesSandbox::execute", our_cpu);
+    if (!their_cpu.empty()) {
+        Row peer_cpu = latency_row(tp_name, "client CPU per run: kubectl process", their_cpu);
+        our_cpu_row.versus = speedup(our_cpu_row, peer_cpu, "kubectl", true);
+        rows.push_back(our_cpu_row);
+        rows.push_back(peer_cpu);
+    } else {
+        rows.push_back(our_cpu_row);
     }
 
     run_on(io, [&]() -> asio::awaitable<void> { co_await delete_all_sandboxes(provider); }, 120s, "exec cleanup");
@@ -752,6 +777,18 @@ void scenario_list(asio::io_context& io, LocalCluster& cluster, const Env& env, 
 // Scenario 5: many concurrent executes on one io_context thread, in a child process so that its
 // peak RSS is the client's alone (the cluster runs in this process).
 
+// "VmHWM"/"VmRSS" of this process in KiB. ru_maxrss is no use in a posix_spawn child: exec folds
+// the parent's high-water mark (the shared vfork mm) into it, so it reports the cluster's RSS.
+long proc_status_kb(const char* key) {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    const std::string prefix = std::string(key) + ":";
+    while (std::getline(in, line)) {
+        if (line.rfind(prefix, 0) == 0) return std::atol(line.c_str() + prefix.size());
+    }
+    return -1;
+}
+
 int exec_client_main(int argc, char** argv) {
     // --exec-client KUBECONFIG NAMESPACE CALLS POD...
     if (argc < 6) return 2;
@@ -770,8 +807,7 @@ int exec_client_main(int argc, char** argv) {
         sandboxes.push_back(std::make_unique<KubernetesSandbox>(KubeClient(io.get_executor(), *cfg), ns, argv[i],
                                                                 KubernetesSandboxOptions()));
     }
-    struct rusage before {};
-    ::getrusage(RUSAGE_SELF, &before);
+    const long hwm_before_kb = proc_status_kb("VmHWM");
     std::vector<double> lat(static_cast<std::size_t>(calls), 0.0);
     int done = 0, errors = 0;
     std::string first_error;
@@ -800,7 +836,8 @@ int exec_client_main(int argc, char** argv) {
         return 1;
     }
     if (errors) std::cerr << "exec client: " << errors << " errors, first: " << first_error << "\n";
-    std::cout << "wall " << wall << "\nerrors " << errors << "\nbase_rss_kb " << before.ru_maxrss << "\nlat";
+    std::cout << "wall " << wall << "\nerrors " << errors << "\nbase_hwm_kb " << hwm_before_kb << "\npeak_hwm_kb "
+              << proc_status_kb("VmHWM") << "\nlat";
     for (double l : lat) std::cout << ' ' << l;
     std::cout << "\n";
     return errors ? 1 : 0;
@@ -834,16 +871,22 @@ void scenario_concurrent(asio::io_context& io, LocalCluster& cluster, const Env&
         std::vector<std::string> argv{env.self_exe, "--exec-client", env.kubeconfig.string(), ns,
                                       std::to_string(sz.concurrent_calls)};
         argv.insert(argv.end(), pods.begin(), pods.end());
+        struct rusage self0 {}, kids0 {}, self1 {}, kids1 {};
+        ::getrusage(RUSAGE_SELF, &self0);
+        ::getrusage(RUSAGE_CHILDREN, &kids0);
         auto r = run_process(argv, {}, true);
+        ::getrusage(RUSAGE_SELF, &self1);
+        ::getrusage(RUSAGE_CHILDREN, &kids1);
         std::istringstream in(r.out);
-        double wall = 0, base_kb = 0;
+        double wall = 0, base_kb = 0, peak_kb = 0;
         int errors = -1;
         std::vector<double> lat;
         std::string key;
         while (in >> key) {
             if (key == "wall") in >> wall;
             else if (key == "errors") in >> errors;
-            else if (key == "base_rss_kb") in >> base_kb;
+            else if (key == "base_hwm_kb") in >> base_kb;
+            else if (key == "peak_hwm_kb") in >> peak_kb;
             else if (key == "lat") {
                 double v = 0;
                 while (in >> v) lat.push_back(v);
@@ -857,8 +900,14 @@ void scenario_concurrent(asio::io_context& io, LocalCluster& cluster, const Env&
                                      std::to_string(sz.concurrent_sandboxes) + " sandboxes, 1 thread";
             rows.push_back(latency_row(name, "latency per call", lat));
             rows.push_back(single_row(name, "throughput", "calls/s", sz.concurrent_calls / wall));
-            rows.push_back(single_row(name, "client peak RSS (ru_maxrss)", "MiB", static_cast<double>(r.max_rss_kb) / 1024));
+            rows.push_back(single_row(name, "client peak RSS (VmHWM)", "MiB", peak_kb / 1024));
             rows.push_back(single_row(name, "client peak RSS before the calls", "MiB", base_kb / 1024));
+            rows.push_back(single_row(name, "client CPU (user+sys) / its lifetime", "%", 100 * r.cpu_seconds / r.seconds));
+            // This process is blocked on the child meanwhile: its CPU is the cluster's (API
+            // server, kubelet) plus the exec processes it reaped.
+            double cluster_cpu = (cpu_of(self1) - cpu_of(self0)) + (cpu_of(kids1) - cpu_of(kids0)) - r.cpu_seconds;
+            rows.push_back(single_row(name, "cluster CPU (server + exec processes) / same time", "%",
+                                      100 * cluster_cpu / r.seconds));
         }
     }
     run_on(io, [&]() -> asio::awaitable<void> { co_await delete_all_sandboxes(provider); }, 600s, "concurrent cleanup");

@@ -131,6 +131,9 @@ class KubeClient {
 public:
     // Safe to use from many coroutines at once, also on a multi-threaded io_context.
     KubeClient(boost::asio::any_io_executor executor, KubeConfig config, KubeClientOptions options = {});
+    // Copies share one connection pool, rate limiter and credential cache.
+    KubeClient(const KubeClient&) = default;
+    KubeClient& operator=(const KubeClient&) = default;
     KubeClient(KubeClient&&) noexcept;
     KubeClient& operator=(KubeClient&&) noexcept;
     ~KubeClient();

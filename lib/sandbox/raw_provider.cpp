@@ -636,9 +636,8 @@ std::unique_ptr<KubernetesSandbox> make_sandbox(const StatePtr& st, const std::s
             record_activity_impl(s, id);
         }
     };
-    // KubeClient is move-only: each sandbox gets its own client on the same executor/config.
-    KubeClient client(st->client.get_executor(), st->client.config(), st->client.options());
-    return std::make_unique<KubernetesSandbox>(std::move(client), ns, pod, std::move(o));
+    // A copy shares the provider's connection pool and rate limiter.
+    return std::make_unique<KubernetesSandbox>(st->client, ns, pod, std::move(o));
 }
 
 asio::awaitable<Result<void>> patch_activity(StatePtr st, std::string ns, std::string pod) {
