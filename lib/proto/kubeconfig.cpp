@@ -264,8 +264,40 @@ Result<void> merge_list(const YAML::Node& doc, const char* key, const char* body
     return {};
 }
 
+// yaml-cpp recurses once per nesting level, so hostile input ("[[[[...", "- - - - ...") could
+// overflow the stack. Real kubeconfigs nest a handful of levels; refuse anything absurd.
+bool nests_too_deep(std::string_view yaml) {
+    constexpr int limit = 64;
+    int flow = 0;
+    bool line_start = true;
+    int dashes = 0;
+    for (std::size_t i = 0; i < yaml.size(); ++i) {
+        const char c = yaml[i];
+        if (c == '\n') {
+            line_start = true;
+            dashes = 0;
+            continue;
+        }
+        if (c == '[' || c == '{') {
+            if (++flow > limit) return true;
+        } else if ((c == ']' || c == '}') && flow > 0) {
+            --flow;
+        }
+        if (line_start) {
+            if (c == '-' && i + 1 < yaml.size() && (yaml[i + 1] == ' ' || yaml[i + 1] == '\t')) {
+                if (++dashes > limit) return true;
+            } else if (c != ' ' && c != '\t' && c != '-') {
+                line_start = false;
+            }
+        }
+    }
+    return false;
+}
+
 Result<void> merge_document_unsafe(RawConfig& raw, std::string_view yaml, const std::string& source,
                                    const fs::path& base_dir) {
+    if (nests_too_deep(yaml))
+        return fail(errc::invalid_config, "kubeconfig " + source + ": nested more than 64 levels deep");
     YAML::Node doc = YAML::Load(std::string(yaml));
     raw.sources.push_back(source);
     if (!doc || doc.IsNull()) return {};  // an empty file is an empty config

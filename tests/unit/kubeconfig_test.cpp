@@ -711,3 +711,16 @@ TEST(DefaultConfig, PrefersKubeconfigElseInCluster) {
     ASSERT_TRUE(cfg) << cfg.error().message;
     EXPECT_EQ(cfg->server, "https://kc:1");
 }
+
+TEST(KubeConfigHostile, DeepNestingIsRejectedNotAStackOverflow) {
+    const std::string flow(200000, '[');
+    auto r = kubesandbox::parse_kubeconfig(flow, "deep", "/tmp");
+    ASSERT_FALSE(r.has_value());
+    EXPECT_TRUE(r.error().is(kubesandbox::errc::invalid_config));
+    std::string dashes;
+    for (int i = 0; i < 50000; ++i) dashes += "- ";
+    dashes += "x\n";
+    auto d = kubesandbox::parse_kubeconfig(dashes, "dashes", "/tmp");
+    ASSERT_FALSE(d.has_value());
+    EXPECT_NE(d.error().message.find("nested"), std::string::npos);
+}
