@@ -846,7 +846,13 @@ struct Core {
         if (auto it = pods.find(p->uid); it != pods.end() && it->second == p) pods.erase(it);
     }
 
-    void spawn(asio::awaitable<void> a) { asio::co_spawn(executor, std::move(a), asio::detached); }
+    // Detached pod coroutines may outlive the Kubelet object: each holds the Core alive.
+    void spawn(asio::awaitable<void> a) {
+        auto keep = self.lock();
+        auto run = [keep, a = std::move(a)]() mutable -> asio::awaitable<void> { co_await std::move(a); };
+        asio::co_spawn(executor, std::move(run), asio::detached);
+    }
+    std::weak_ptr<Core> self;
 };
 
 struct Kubelet::Impl {
@@ -857,6 +863,7 @@ struct Kubelet::Impl {
 Kubelet::Kubelet(asio::any_io_executor executor, KubeletOptions options, PodStatusWriter status_writer)
     : impl_(std::make_unique<Impl>()) {
     auto core = std::make_shared<Core>();
+    core->self = core;
     core->executor = std::move(executor);
     core->options = std::move(options);
     core->writer = std::move(status_writer);
