@@ -1303,6 +1303,15 @@ asio::awaitable<void> Kubelet::serve_exec(StreamRequest request) {
     std::string uid = str(obj(request.pod, "metadata"), "uid");
     std::shared_ptr<PodRecord> pod;
     if (auto it = core->pods.find(uid); it != core->pods.end() && !it->second->removed) pod = it->second;
+    // A pod published Ready can be a moment ahead of its process bookkeeping under load: wait
+    // briefly in exactly that state instead of failing the exec.
+    if (pod && pod->plan && container == pod->container_name) {
+        asio::steady_timer settle(core->executor);
+        for (int i = 0; i < 150 && !pod->removed && pod->ready && !pod->running(); ++i) {
+            settle.expires_after(std::chrono::milliseconds(20));
+            co_await settle.async_wait(tuple_awaitable);
+        }
+    }
     bool running = pod && pod->running() && pod->plan && container == pod->container_name;
     std::string not_found = "container not found (\"" + container + "\")";
     if (!running && protocol != "v5.channel.k8s.io") {
