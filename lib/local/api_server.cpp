@@ -759,20 +759,27 @@ struct ApiServer::Impl {
 
     // ------------------------------------------------------------------ create
 
+    // The body's namespace must match the URL's (or be empty, then filled in); cluster-scoped
+    // objects carry none.
+    static std::optional<Response> bind_namespace(const ResourceType& t, const Route& r, json::object& meta) {
+        if (!t.namespaced) {
+            meta.erase("namespace");
+            return std::nullopt;
+        }
+        std::string body_ns = str_at(meta, "namespace");
+        if (!body_ns.empty() && body_ns != r.ns)
+            return bad_request("the namespace of the provided object does not match the namespace sent on the request");
+        meta["namespace"] = r.ns;
+        return std::nullopt;
+    }
+
     Response create(const Request& req, const Route& r) {
         const ResourceType& t = *r.type;
         auto parsed = parse_body(req);
         if (auto* resp = std::get_if<Response>(&parsed)) return *resp;
         json::object o = std::move(std::get<json::object>(parsed));
         auto& meta = o["metadata"].as_object();
-        if (t.namespaced) {
-            std::string body_ns = str_at(meta, "namespace");
-            if (!body_ns.empty() && body_ns != r.ns)
-                return bad_request("the namespace of the provided object does not match the namespace sent on the request");
-            meta["namespace"] = r.ns;
-        } else {
-            meta.erase("namespace");
-        }
+        if (auto mismatch = bind_namespace(t, r, meta)) return *mismatch;
         std::string kind = str_at(o, "kind");
         if (!kind.empty() && kind != t.kind)
             return bad_request("the API version in the data (" + str_at(o, "apiVersion") + ") does not match the expected API version (" +
@@ -824,14 +831,7 @@ struct ApiServer::Impl {
         if (body_name.empty()) meta["name"] = r.name;
         else if (body_name != r.name)
             return bad_request("the name of the object (" + body_name + ") does not match the name on the URL (" + r.name + ")");
-        if (t.namespaced) {
-            std::string body_ns = str_at(meta, "namespace");
-            if (!body_ns.empty() && body_ns != r.ns)
-                return bad_request("the namespace of the provided object does not match the namespace sent on the request");
-            meta["namespace"] = r.ns;
-        } else {
-            meta.erase("namespace");
-        }
+        if (auto mismatch = bind_namespace(t, r, meta)) return *mismatch;
         std::string rv = str_at(meta, "resourceVersion");
         if (rv.empty() && require_rv && t.custom) {
             return invalid(t, r.name,
