@@ -1651,6 +1651,18 @@ Response openapi(const std::vector<std::string>& s) {
 }  // namespace
 
 // Watch stream: chunked JSON lines until timeout, expiry or a write error.
+// Membership of a watcher in the server's fan-out list for the lifetime of its stream.
+struct WatcherRegistration {
+    ApiServer::Impl& impl;
+    std::shared_ptr<Watcher> w;
+    WatcherRegistration(ApiServer::Impl& i, std::shared_ptr<Watcher> watcher) : impl(i), w(std::move(watcher)) {
+        impl.watchers.push_back(w);
+    }
+    WatcherRegistration(const WatcherRegistration&) = delete;
+    WatcherRegistration& operator=(const WatcherRegistration&) = delete;
+    ~WatcherRegistration() { impl.watchers.remove(w); }
+};
+
 static asio::awaitable<bool> serve_watch(ApiServer::Impl& impl, Conn& conn, const Request& req, const Route& r) {
     const ResourceType& t = *r.type;
     auto sel_or = impl.selectors(req, t);
@@ -1700,6 +1712,10 @@ static asio::awaitable<bool> serve_watch(ApiServer::Impl& impl, Conn& conn, cons
             for (auto* ev : *events) impl.feed(*w, *ev);
         }
     }
+    // Register before the first suspension: an event recorded while the head is being written
+    // must land in this watcher's queue, not fall between the replay and the registration.
+    std::optional<WatcherRegistration> registration;
+    if (!error_line) registration.emplace(impl, w);
     std::string head = serialize_head(200, {{"Content-Type", "application/json"},
                                             {"Cache-Control", "no-cache, private"},
                                             {"Transfer-Encoding", "chunked"}});
@@ -1713,12 +1729,6 @@ static asio::awaitable<bool> serve_watch(ApiServer::Impl& impl, Conn& conn, cons
         bool ok = co_await write_raw(conn.stream, chunk(*error_line) + "0\r\n\r\n");
         co_return ok;
     }
-    impl.watchers.push_back(w);
-    struct Unregister {
-        ApiServer::Impl& impl;
-        std::shared_ptr<Watcher> w;
-        ~Unregister() { impl.watchers.remove(w); }
-    } unregister{impl, w};
     auto bookmark = [&] {
         json::object o{{"kind", t.kind},
                        {"apiVersion", t.api_version(r.version)},

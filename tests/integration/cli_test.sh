@@ -86,8 +86,9 @@ K list >"$TMP/list2.out"
 [[ $(wc -l <"$TMP/list2.out") == 1 ]] && pass "nothing left" || { fail "nothing left"; cat "$TMP/list2.out"; }
 
 # --local: a cluster inside the process for one command
-LOCAL_OUT=$(K --local create --id one-shot 2>/dev/null); rc=$?
-[[ $rc == 0 && $LOCAL_OUT == one-shot ]] && pass "--local create" || fail "--local create (rc $rc '$LOCAL_OUT')"
+LOCAL_OUT=$(K --local create --id one-shot 2>"$TMP/local.err"); rc=$?
+if [[ $rc == 0 && $LOCAL_OUT == one-shot ]]; then pass "--local create"
+else fail "--local create (rc $rc '$LOCAL_OUT')"; sed 's/^/    /' "$TMP/local.err"; fi
 
 if [[ $FAILURES -ne 0 ]]; then echo "$FAILURES failure(s)"; tail -20 "$TMP/server.log"; exit 1; fi
 echo "all passed"

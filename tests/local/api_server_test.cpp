@@ -8,6 +8,7 @@
 
 #include <boost/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <set>
 #include <thread>
@@ -452,6 +453,48 @@ TEST(LocalApi, WatchFromResourceVersionWithSelectorTransitions) {
     ASSERT_TRUE(err);
     EXPECT_EQ(str(err->at("type")), "ERROR");
     EXPECT_EQ(err->at("object").at("code").to_number<int>(), 410);
+}
+
+// A watch started from a resourceVersion sees every later event, also those recorded while the
+// server is still writing the response head (the window between history replay and fan-out).
+TEST(LocalApi, WatchMissesNoEventWhileStarting) {
+    auto c = start_cluster(true);
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    ASSERT_EQ(h.post(cms, configmap("busy")).status, 201u);
+    std::atomic<bool> stop{false};
+    std::thread writer([&] {
+        HttpClient hw(*c);
+        for (int i = 0; !stop; ++i)
+            hw.patch(std::string(cms) + "/busy", json::object{{"data", json::object{{"k", std::to_string(i)}}}},
+                     "application/merge-patch+json");
+    });
+    struct JoinWriter {
+        std::atomic<bool>& stop;
+        std::thread& t;
+        ~JoinWriter() {
+            stop = true;
+            t.join();
+        }
+    } join_writer{stop, writer};
+    int checked = 0;
+    for (int round = 0; round < 60; ++round) {
+        auto cur = h.get(std::string(cms) + "/busy");
+        ASSERT_EQ(cur.status, 200u);
+        std::uint64_t rv = std::stoull(rv_of(cur.obj()));
+        WatchStream w(*c, std::string(cms) + "?watch=true&resourceVersion=" + std::to_string(rv));
+        ASSERT_EQ(w.status(), 200u);
+        // Only this object changes, so resourceVersions arrive without gaps.
+        for (int i = 0; i < 3; ++i) {
+            auto ev = w.next();
+            ASSERT_TRUE(ev) << "round " << round << " event " << i;
+            std::uint64_t got = std::stoull(rv_of(ev->at("object").as_object()));
+            ASSERT_EQ(got, rv + 1) << "round " << round << ": an event was lost";
+            rv = got;
+            ++checked;
+        }
+    }
+    EXPECT_EQ(checked, 180);
 }
 
 TEST(LocalApi, WatchTimeoutAndTooOld) {
