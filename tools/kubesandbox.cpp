@@ -253,15 +253,27 @@ asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
         auto r = co_await (*sb)->run(command, no_stdin, timeout);
         if (!r) co_return report(r.error());
         if (a.json) {
+            // The library's ExecuteResponse shape (output = stdout, then "\n" + stderr), plus
+            // the streams apart.
+            std::string output = r->stdout_data;
+            if (!output.empty() && !r->stderr_data.empty()) output += '\n';
+            output += r->stderr_data;
+            if (r->timed_out) output = "Command timed out after " + std::to_string(timeout ? timeout->count() : provider.config().default_exec_timeout.count()) + " seconds";
             json::object out;
-            out["output"] = r->output;
+            out["output"] = output;
+            out["stdout"] = r->stdout_data;
+            out["stderr"] = r->stderr_data;
             if (r->exit_code) out["exit_code"] = *r->exit_code;
             else out["exit_code"] = nullptr;
             out["truncated"] = r->truncated;
+            out["timed_out"] = r->timed_out;
             print_json(out);
         } else {
-            std::fwrite(r->output.data(), 1, r->output.size(), stdout);
+            std::fwrite(r->stdout_data.data(), 1, r->stdout_data.size(), stdout);
             std::fflush(stdout);
+            std::fwrite(r->stderr_data.data(), 1, r->stderr_data.size(), stderr);
+            if (r->truncated) std::cerr << "kubesandbox: output truncated at " << provider.config().max_output_bytes << " bytes per stream\n";
+            if (r->timed_out) std::cerr << "kubesandbox: command timed out; its processes were killed\n";
         }
         if (!r->exit_code) {
             std::cerr << "kubesandbox: exit code unknown (no status from the API server)\n";

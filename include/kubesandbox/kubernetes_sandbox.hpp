@@ -19,10 +19,19 @@ struct KubernetesSandboxOptions {
     std::string workdir{"/workspace"};
     std::size_t max_output_bytes{1024 * 1024};
     std::chrono::seconds default_timeout{1800};
-    std::size_t max_parallel_transfers{4};
+    std::size_t max_parallel_transfers{4};  // files moved at once by upload_files/download_files
     // Called after each command (and may be called after a reconnect), never awaited by
     // execute(): the provider uses it to record last-activity.
     std::function<void()> on_activity{};
+};
+
+// What run() returns: the streams kept apart, for tools that print them apart.
+struct RunResponse {
+    std::string stdout_data{};
+    std::string stderr_data{};
+    std::optional<int> exit_code{};  // 124 on timeout; empty = unknown (no status arrived)
+    bool truncated{};                // a stream passed max_output_bytes
+    bool timed_out{};
 };
 
 class KubernetesSandbox final : public Sandbox {
@@ -44,11 +53,15 @@ public:
     boost::asio::awaitable<Result<std::vector<FileDownloadResponse>>> download_files(
         std::vector<std::string> paths) override;
 
-    // Runs argv directly (no shell), feeding `stdin_data` (closed afterwards on v5). For tools.
-    boost::asio::awaitable<Result<ExecuteResponse>> run(std::vector<std::string> argv, std::string stdin_data,
+    // Runs argv directly (no shell) in the workdir, feeding `stdin_data` (closed afterwards on
+    // v5). Each stream is capped at max_output_bytes; a timeout kills what the command started.
+    boost::asio::awaitable<Result<RunResponse>> run(std::vector<std::string> argv, std::string stdin_data,
                                                         std::optional<std::chrono::seconds> timeout);
 
 private:
+    struct Internals;
+    friend struct Internals;
+
     KubeClient client_;
     std::string namespace_;
     std::string pod_;

@@ -213,7 +213,8 @@ asio::awaitable<Result<ExecOutcome>> run_on_strand(std::shared_ptr<KubeClient::I
     ReadResult read;
     if (target.stdin) {
         const bool v5 = session->v5;
-        auto both = co_await (read_loop(ws, out, status, options, finished) && write_stdin(ws, options.stdin_data, v5, finished));
+        const std::string& input = options.stdin_shared ? *options.stdin_shared : options.stdin_data;
+        auto both = co_await (read_loop(ws, out, status, options, finished) && write_stdin(ws, input, v5, finished));
         read = std::move(std::get<0>(both));
     } else {
         read = co_await read_loop(ws, out, status, options, finished);

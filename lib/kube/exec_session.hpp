@@ -36,6 +36,8 @@ struct ExecOutcome {
 
 struct ExecRunOptions {
     std::string stdin_data{};
+    // Used instead of stdin_data when set: lets a caller retry without copying a large payload.
+    std::shared_ptr<const std::string> stdin_shared{};
     std::size_t max_stdout{SIZE_MAX};
     std::size_t max_stderr{SIZE_MAX};
     std::optional<std::chrono::steady_clock::duration> timeout{};

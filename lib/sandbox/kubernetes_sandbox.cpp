@@ -3,6 +3,12 @@
 #include "kube/client_impl.hpp"
 #include "kube/exec_session.hpp"
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <atomic>
@@ -35,18 +41,51 @@ constexpr const char* download_script = R"SH(p=$1
 exec cat -- "$p"
 )SH";
 
-// Kills every process that carries the marker of a timed-out command, in a few passes to catch
-// children forked meanwhile.
+// Every command runs under this launcher: it marks its environment (inherited by everything the
+// command starts), enters the working directory and, when it does not lead a process group
+// already, starts a session of its own (setsid without forking: util-linux and busybox agree
+// there), so a timeout can kill the command's whole process group.
+constexpr const char* launch_script = R"SH(KUBESANDBOX_EXEC=$1; export KUBESANDBOX_EXEC
+if [ -n "$2" ]; then cd -- "$2" || exit 1; fi
+shift 2
+if read -r _ _ _ _ pg _ < /proc/$$/stat 2>/dev/null && [ "$pg" != "$$" ] && command -v setsid >/dev/null 2>&1; then
+  exec setsid "$@"
+fi
+exec "$@"
+)SH";
+
+// Kills what a timed-out command left running: processes carrying its marker, their descendants
+// (which may have cleared their environment) and the process groups the marked processes lead.
+// Several passes catch children forked meanwhile. Never touches PID 1 or its own group.
 constexpr const char* kill_script = R"SH(m="KUBESANDBOX_EXEC=$1"
-for pass in 1 2 3 4; do
-  found=
+self=$$
+read -r _ _ _ _ selfpg _ < /proc/$self/stat 2>/dev/null
+for pass in 1 2 3 4 5; do
+  marked= stats=
   for d in /proc/[0-9]*; do
-    [ "${d#/proc/}" = "$$" ] && continue
-    if tr '\000' '\n' < "$d/environ" 2>/dev/null | grep -qxF -- "$m"; then
-      kill -9 "${d#/proc/}" 2>/dev/null && found=1
-    fi
+    p=${d#/proc/}
+    [ "$p" = "$self" ] && continue
+    [ "$p" = 1 ] && continue
+    s=$(cat "$d/stat" 2>/dev/null) || continue
+    s=${s##*) }
+    set -- $s
+    stats="$stats $p:$2:$3"
+    if tr '\000' '\n' < "$d/environ" 2>/dev/null | grep -qxF -- "$m"; then marked="$marked $p"; fi
   done
-  [ -n "$found" ] || break
+  [ -n "$marked" ] || break
+  victims=$marked
+  changed=1
+  while [ -n "$changed" ]; do
+    changed=
+    for e in $stats; do
+      p=${e%%:*}; r=${e#*:}; pp=${r%%:*}; pg=${r#*:}
+      case " $victims " in *" $p "*) continue ;; esac
+      case " $victims " in *" $pp "*) victims="$victims $p"; changed=1; continue ;; esac
+      [ "$pg" = "$selfpg" ] && continue
+      case " $marked " in *" $pg "*) victims="$victims $p"; changed=1 ;; esac
+    done
+  done
+  for p in $victims; do kill -9 "$p" 2>/dev/null; done
 done
 exit 0
 )SH";
@@ -95,16 +134,6 @@ ExecuteResponse compose_response(kube::ExecOutcome& outcome, std::size_t cap) {
     return r;
 }
 
-std::optional<std::string> file_error_for_exit(int code) {
-    switch (code) {
-    case 0: return std::nullopt;
-    case 20: return std::string(file_error::permission_denied);
-    case 21: return std::string(file_error::is_directory);
-    case 22: return std::string(file_error::file_not_found);
-    default: return "error (exit code " + std::to_string(code) + ")";
-    }
-}
-
 kube::ExecTarget make_target(const KubernetesSandbox& sandbox, std::vector<std::string> argv, bool with_stdin) {
     kube::ExecTarget target;
     target.namespace_name = sandbox.namespace_name();
@@ -115,11 +144,23 @@ kube::ExecTarget make_target(const KubernetesSandbox& sandbox, std::vector<std::
     return target;
 }
 
-// The per-file error of a transfer that ran: none, one of the literals, or a description.
+// The per-file error of a transfer that ran: none, one of the four literals, or a description
+// (DeepAgents allows a backend-specific string when no literal applies).
 std::optional<std::string> transfer_error(const kube::ExecOutcome& outcome) {
-    if (outcome.timed_out) return std::string("timeout");
-    if (!outcome.exit_code) return std::string("unknown result (no exit status)");
-    return file_error_for_exit(*outcome.exit_code);
+    if (outcome.timed_out) return std::string("transfer timed out");
+    if (!outcome.exit_code) return std::string("transfer failed: no exit status from the sandbox");
+    switch (*outcome.exit_code) {
+    case 0: return std::nullopt;
+    case 20: return std::string(file_error::permission_denied);
+    case 21: return std::string(file_error::is_directory);
+    case 22: return std::string(file_error::file_not_found);
+    default: break;
+    }
+    std::string why = outcome.stderr_data.substr(0, 200);
+    while (!why.empty() && (why.back() == '\n' || why.back() == '\r')) why.pop_back();
+    std::string out = "transfer failed (exit code " + std::to_string(*outcome.exit_code) + ")";
+    if (!why.empty()) out += ": " + why;
+    return out;
 }
 
 bool is_absolute_clean_path(std::string_view p) {
@@ -139,110 +180,192 @@ KubernetesSandbox::KubernetesSandbox(KubeClient client, std::string namespace_na
 
 KubernetesSandbox::~KubernetesSandbox() = default;
 
-asio::awaitable<Result<ExecuteResponse>> KubernetesSandbox::execute(std::string command,
-                                                                    std::optional<std::chrono::seconds> timeout) {
-    const std::chrono::seconds limit = timeout.value_or(options_.default_timeout);
-    const std::string marker = random_marker();
-    kube::ExecTarget target = make_target(*this, {"env", "KUBESANDBOX_EXEC=" + marker, options_.shell, "-c", std::move(command)}, false);
-    kube::ExecRunOptions run;
-    run.max_stdout = options_.max_output_bytes;
-    run.max_stderr = options_.max_output_bytes;
-    if (limit.count() > 0) run.timeout = limit;
-
-    auto outcome = co_await kube::run_exec(client_.impl(), std::move(target), std::move(run));
-    if (options_.on_activity) options_.on_activity();
-    if (!outcome) {
-        // A connection that died mid-command: say whether the sandbox itself is gone.
-        if (outcome.error().is(errc::connection_closed)) {
-            ResourcePath pod;
-            pod.plural = "pods";
-            pod.namespace_name = namespace_;
-            pod.name = pod_;
-            auto current = co_await client_.get(pod);
-            if (!current && current.error().is(errc::not_found))
-                co_return fail(errc::not_found, "sandbox " + id_ + " was deleted while the command ran");
-            if (current && current->contains("metadata") && current->at("metadata").as_object().contains("deletionTimestamp"))
-                co_return fail(errc::not_found, "sandbox " + id_ + " is being deleted");
-        }
-        co_return fail(outcome.error());
+// Steps shared by execute, run and the transfers.
+struct KubernetesSandbox::Internals {
+    static std::vector<std::string> launch_argv(const KubernetesSandbox& self, const std::string& marker, std::vector<std::string> argv) {
+        std::vector<std::string> out{self.options_.shell, "-c", launch_script, "sh", marker, self.options_.workdir};
+        out.insert(out.end(), std::make_move_iterator(argv.begin()), std::make_move_iterator(argv.end()));
+        return out;
     }
-    if (outcome->timed_out) {
-        // Kill what the command left running; its output so far is dropped, as the reference does.
-        kube::ExecTarget killer = make_target(*this, {options_.shell, "-c", kill_script, "sh", marker}, false);
+
+    static asio::awaitable<void> kill_marked(KubernetesSandbox& self, std::string marker) {
+        kube::ExecTarget killer = make_target(self, {self.options_.shell, "-c", kill_script, "sh", std::move(marker)}, false);
         kube::ExecRunOptions kill_run;
         kill_run.max_stdout = 4096;
         kill_run.max_stderr = 4096;
         kill_run.timeout = std::chrono::seconds(30);
-        co_await kube::run_exec(client_.impl(), std::move(killer), std::move(kill_run));
-        co_return timed_out_response(limit);
+        // Best effort: when the pod is gone there is nothing left to kill.
+        co_await kube::run_exec(self.client_.impl(), std::move(killer), std::move(kill_run));
     }
-    co_return compose_response(*outcome, options_.max_output_bytes);
-}
 
-asio::awaitable<Result<ExecuteResponse>> KubernetesSandbox::run(std::vector<std::string> argv, std::string stdin_data,
-                                                                std::optional<std::chrono::seconds> timeout) {
-    kube::ExecTarget target = make_target(*this, std::move(argv), true);
-    kube::ExecRunOptions run;
-    run.stdin_data = std::move(stdin_data);
-    run.max_stdout = options_.max_output_bytes;
-    run.max_stderr = options_.max_output_bytes;
+    static asio::awaitable<std::optional<Error>> gone_error(KubernetesSandbox& self) {
+        ResourcePath pod;
+        pod.plural = "pods";
+        pod.namespace_name = self.namespace_;
+        pod.name = self.pod_;
+        auto current = co_await self.client_.get(pod);
+        if (!current && current.error().is(errc::not_found))
+            co_return make_error(errc::not_found, "sandbox " + self.id_ + " was deleted while the command ran");
+        if (current && current->contains("metadata") && current->at("metadata").as_object().contains("deletionTimestamp"))
+            co_return make_error(errc::not_found, "sandbox " + self.id_ + " is being deleted");
+        co_return std::nullopt;
+    }
+
+    static asio::awaitable<Result<kube::ExecOutcome>> run_marked(KubernetesSandbox& self, std::vector<std::string> argv,
+                                                                  std::string stdin_data, bool with_stdin,
+                                                                  std::chrono::seconds limit) {
+        const std::string marker = random_marker();
+        kube::ExecTarget target = make_target(self, launch_argv(self, marker, std::move(argv)), with_stdin);
+        kube::ExecRunOptions run;
+        run.stdin_data = std::move(stdin_data);
+        run.max_stdout = self.options_.max_output_bytes;
+        run.max_stderr = self.options_.max_output_bytes;
+        if (limit.count() > 0) run.timeout = limit;
+        auto outcome = co_await kube::run_exec(self.client_.impl(), std::move(target), std::move(run));
+        if (self.options_.on_activity) self.options_.on_activity();
+        if (!outcome) {
+            // A connection that died mid-command: say whether the sandbox itself is gone.
+            if (outcome.error().is(errc::connection_closed) || outcome.error().is(errc::pod_failed)) {
+                if (auto gone = co_await gone_error(self)) co_return fail(std::move(*gone));
+            }
+            co_return fail(outcome.error());
+        }
+        if (outcome->timed_out) {
+            co_await kill_marked(self, marker);
+        } else if (!outcome->exit_code || *outcome->exit_code >= 128) {
+            // Killed by a signal or no status: on a real node this is how a deleted pod looks.
+            if (auto gone = co_await gone_error(self)) co_return fail(std::move(*gone));
+        }
+        co_return outcome;
+    }
+
+    static asio::awaitable<Result<kube::ExecOutcome>> transfer(KubernetesSandbox& self, std::vector<std::string> argv,
+                                                                std::string stdin_data, bool with_stdin, std::size_t max_stdout) {
+        // A transfer is idempotent (the same bytes to the same path, or a read): one retry when the
+        // connection broke and the sandbox still exists. The payload is shared, never copied.
+        auto input = std::make_shared<const std::string>(std::move(stdin_data));
+        for (int attempt = 0;; ++attempt) {
+            kube::ExecTarget target = make_target(self, argv, with_stdin);
+            kube::ExecRunOptions run;
+            run.stdin_shared = input;
+            run.max_stdout = max_stdout;
+            run.max_stderr = 64 * 1024;
+            if (self.options_.default_timeout.count() > 0) run.timeout = self.options_.default_timeout;
+            auto outcome = co_await kube::run_exec(self.client_.impl(), std::move(target), std::move(run));
+            if (outcome) co_return outcome;
+            if (auto gone = co_await gone_error(self)) co_return fail(std::move(*gone));
+            if (attempt >= 1 || !outcome.error().is(errc::connection_closed)) co_return fail(outcome.error());
+        }
+    }
+};
+
+asio::awaitable<Result<ExecuteResponse>> KubernetesSandbox::execute(std::string command,
+                                                                    std::optional<std::chrono::seconds> timeout) {
     const std::chrono::seconds limit = timeout.value_or(options_.default_timeout);
-    if (limit.count() > 0) run.timeout = limit;
-    auto outcome = co_await kube::run_exec(client_.impl(), std::move(target), std::move(run));
+    std::vector<std::string> argv{options_.shell, "-c", std::move(command)};
+    auto outcome = co_await Internals::run_marked(*this, std::move(argv), std::string(), false, limit);
     if (!outcome) co_return fail(outcome.error());
+    // On timeout the output so far is dropped, as the reference does.
     if (outcome->timed_out) co_return timed_out_response(limit);
     co_return compose_response(*outcome, options_.max_output_bytes);
 }
 
+asio::awaitable<Result<RunResponse>> KubernetesSandbox::run(std::vector<std::string> argv, std::string stdin_data,
+                                                            std::optional<std::chrono::seconds> timeout) {
+    const std::chrono::seconds limit = timeout.value_or(options_.default_timeout);
+    auto outcome = co_await Internals::run_marked(*this, std::move(argv), std::move(stdin_data), true, limit);
+    if (!outcome) co_return fail(outcome.error());
+    RunResponse r;
+    r.timed_out = outcome->timed_out;
+    r.exit_code = outcome->timed_out ? std::optional<int>(124) : outcome->exit_code;
+    r.stdout_data = std::move(outcome->stdout_data);
+    r.stderr_data = std::move(outcome->stderr_data);
+    r.truncated = outcome->stdout_truncated || outcome->stderr_truncated;
+    co_return r;
+}
+
+namespace {
+
+// Runs `work(i)` for i in [0, n) with at most `parallel` running at once, on `executor`.
+template <typename Work>
+asio::awaitable<void> for_each_bounded(std::size_t n, std::size_t parallel, Work work) {
+    if (n == 0) co_return;
+    auto executor = co_await asio::this_coro::executor;
+    parallel = std::max<std::size_t>(1, std::min(parallel, n));
+    auto next = std::make_shared<std::atomic<std::size_t>>(0);
+    auto remaining = std::make_shared<std::atomic<std::size_t>>(parallel);
+    auto done = std::make_shared<asio::steady_timer>(executor, asio::steady_timer::time_point::max());
+    for (std::size_t w = 0; w < parallel; ++w) {
+        auto worker = [next, remaining, done, n, &work]() -> asio::awaitable<void> {
+            for (std::size_t i = (*next)++; i < n; i = (*next)++) co_await work(i);
+            if (--*remaining == 0) asio::post(done->get_executor(), [done] { done->cancel(); });
+        };
+        asio::co_spawn(executor, worker(), asio::detached);
+    }
+    // The workers reference `work`, which lives in this frame until they are all done.
+    while (remaining->load() != 0) co_await done->async_wait(asio::as_tuple(asio::use_awaitable));
+}
+
+}  // namespace
+
 asio::awaitable<Result<std::vector<FileUploadResponse>>> KubernetesSandbox::upload_files(
     std::vector<std::pair<std::string, std::string>> files) {
-    std::vector<FileUploadResponse> out;
-    out.reserve(files.size());
-    for (auto& [path, content] : files) {
-        FileUploadResponse r;
-        r.path = path;
+    std::vector<FileUploadResponse> out(files.size());
+    std::optional<Error> fatal;
+    auto one = [&](std::size_t i) -> asio::awaitable<void> {
+        auto& [path, content] = files[i];
+        out[i].path = path;
         if (!is_absolute_clean_path(path)) {
-            r.error = file_error::invalid_path;
-            out.push_back(std::move(r));
-            continue;
+            out[i].error = file_error::invalid_path;
+            co_return;
         }
-        kube::ExecTarget target = make_target(*this, {options_.shell, "-c", upload_script, "sh", path, std::to_string(content.size())}, true);
-        kube::ExecRunOptions run;
-        run.stdin_data = std::move(content);
-        run.max_stdout = 64 * 1024;
-        run.max_stderr = 64 * 1024;
-        run.timeout = options_.default_timeout;
-        auto outcome = co_await kube::run_exec(client_.impl(), std::move(target), std::move(run));
-        if (!outcome) co_return fail(outcome.error());
-        r.error = transfer_error(*outcome);
-        out.push_back(std::move(r));
-    }
+        if (fatal) {
+            out[i].error = "not attempted: " + fatal->message;
+            co_return;
+        }
+        std::vector<std::string> argv{options_.shell, "-c", upload_script, "sh", path, std::to_string(content.size())};
+        auto outcome = co_await Internals::transfer(*this, std::move(argv), std::move(content), true, 64 * 1024);
+        if (!outcome) {
+            if (outcome.error().is(errc::not_found)) fatal = outcome.error();
+            out[i].error = "transfer failed: " + outcome.error().message;
+            co_return;
+        }
+        out[i].error = transfer_error(*outcome);
+    };
+    co_await for_each_bounded(files.size(), options_.max_parallel_transfers, one);
     if (options_.on_activity) options_.on_activity();
+    // The sandbox is gone: nothing written survives, so the whole call failed.
+    if (fatal) co_return fail(std::move(*fatal));
     co_return out;
 }
 
 asio::awaitable<Result<std::vector<FileDownloadResponse>>> KubernetesSandbox::download_files(std::vector<std::string> paths) {
-    std::vector<FileDownloadResponse> out;
-    out.reserve(paths.size());
-    for (auto& path : paths) {
-        FileDownloadResponse r;
-        r.path = path;
+    std::vector<FileDownloadResponse> out(paths.size());
+    std::optional<Error> fatal;
+    auto one = [&](std::size_t i) -> asio::awaitable<void> {
+        const std::string& path = paths[i];
+        out[i].path = path;
         if (!is_absolute_clean_path(path)) {
-            r.error = file_error::invalid_path;
-            out.push_back(std::move(r));
-            continue;
+            out[i].error = file_error::invalid_path;
+            co_return;
         }
-        kube::ExecTarget target = make_target(*this, {options_.shell, "-c", download_script, "sh", path}, false);
-        kube::ExecRunOptions run;
-        run.max_stderr = 64 * 1024;
-        run.timeout = options_.default_timeout;
-        auto outcome = co_await kube::run_exec(client_.impl(), std::move(target), std::move(run));
-        if (!outcome) co_return fail(outcome.error());
-        r.error = transfer_error(*outcome);
-        if (!r.error) r.content = std::move(outcome->stdout_data);
-        out.push_back(std::move(r));
-    }
+        if (fatal) {
+            out[i].error = "not attempted: " + fatal->message;
+            co_return;
+        }
+        std::vector<std::string> argv{options_.shell, "-c", download_script, "sh", path};
+        auto outcome = co_await Internals::transfer(*this, std::move(argv), std::string(), false, SIZE_MAX);
+        if (!outcome) {
+            if (outcome.error().is(errc::not_found)) fatal = outcome.error();
+            out[i].error = "transfer failed: " + outcome.error().message;
+            co_return;
+        }
+        out[i].error = transfer_error(*outcome);
+        if (!out[i].error) out[i].content = std::move(outcome->stdout_data);
+    };
+    co_await for_each_bounded(paths.size(), options_.max_parallel_transfers, one);
     if (options_.on_activity) options_.on_activity();
+    if (fatal) co_return fail(std::move(*fatal));
     co_return out;
 }
 
