@@ -23,10 +23,18 @@ void usage(std::FILE* out) {
                  "  --port N                 listen on port N (default: a free port)\n"
                  "  --bind ADDR              listen address (default 127.0.0.1; other addresses expose the API)\n"
                  "  --data-dir DIR           keep pod working directories here (default: a temporary directory)\n"
-                 "  --plain-http             serve plain HTTP instead of HTTPS\n"
+                 "  --plain-http             serve plain HTTP instead of HTTPS. kubectl sends no credentials\n"
+                 "                           over plain HTTP (it ignores the kubeconfig's token there), so\n"
+                 "                           use it with --insecure-allow-anonymous for kubectl; other clients\n"
+                 "                           may still send the token, which is checked\n"
+                 "  --insecure-allow-anonymous\n"
+                 "                           with --plain-http: accept requests without credentials, with\n"
+                 "                           full access (like the old insecure port); a wrong token still\n"
+                 "                           gets 401. Anyone who can reach the port controls the cluster\n"
                  "  --image NAME=ROOT        map an image (exact, or a prefix ending in '*') to a root: host,\n"
                  "                           busybox or a directory (repeatable)\n"
                  "  --allow-no-isolation     run pods without bubblewrap namespaces when unavailable (unsafe)\n"
+                 "  --bwrap PATH             the bubblewrap program (default: bwrap from PATH)\n"
                  "  --help                   show this help\n");
 }
 
@@ -74,6 +82,10 @@ int main(int argc, char** argv) {
             options.images[v.substr(0, eq)] = v.substr(eq + 1);
         } else if (a == "--allow-no-isolation") {
             options.allow_no_isolation = true;
+        } else if (a == "--insecure-allow-anonymous") {
+            options.allow_anonymous = true;
+        } else if (a == "--bwrap") {
+            options.bwrap_program = value(a);
         } else {
             std::fprintf(stderr, "kubesandbox-local: unknown argument: %s\n", argv[i]);
             usage(stderr);
@@ -85,6 +97,17 @@ int main(int argc, char** argv) {
         usage(stderr);
         return 2;
     }
+    if (options.allow_anonymous && options.tls) {
+        std::fprintf(stderr, "kubesandbox-local: --insecure-allow-anonymous needs --plain-http (over HTTPS kubectl "
+                             "sends the kubeconfig's token)\n");
+        return 2;
+    }
+    if (!options.tls && !options.allow_anonymous)
+        std::fprintf(stderr, "kubesandbox-local: note: kubectl sends no token over plain HTTP, so its requests will "
+                             "get 401; add --insecure-allow-anonymous to accept them\n");
+    if (options.allow_anonymous)
+        std::fprintf(stderr, "kubesandbox-local: WARNING: unauthenticated requests are accepted with full access "
+                             "(--insecure-allow-anonymous)\n");
     // Install the signal handlers before the cluster thread starts.
     boost::asio::io_context ioc;
     boost::asio::signal_set signals(ioc, SIGINT, SIGTERM);
@@ -93,9 +116,16 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "kubesandbox-local: %s\n", cluster.error().describe().c_str());
         return 1;
     }
-    if (!(*cluster)->isolation_available() && !options.allow_no_isolation)
-        std::fprintf(stderr, "kubesandbox-local: warning: bubblewrap isolation is unavailable; pods will fail "
-                             "(use --allow-no-isolation to run them unisolated)\n");
+    if (!(*cluster)->isolation_available()) {
+        std::string why = (*cluster)->isolation_problem();
+        if (options.allow_no_isolation)
+            std::fprintf(stderr, "kubesandbox-local: WARNING: bubblewrap isolation is unavailable (%s); pods run "
+                                 "UNISOLATED as host processes (--allow-no-isolation)\n", why.c_str());
+        else
+            std::fprintf(stderr, "kubesandbox-local: warning: bubblewrap isolation is unavailable (%s); pods will "
+                                 "fail with reason IsolationUnavailable (use --allow-no-isolation to run them "
+                                 "unisolated)\n", why.c_str());
+    }
     if (auto w = (*cluster)->write_kubeconfig(kubeconfig); !w) {
         std::fprintf(stderr, "kubesandbox-local: %s\n", w.error().describe().c_str());
         return 1;

@@ -24,20 +24,37 @@ struct LocalClusterOptions {
     std::chrono::seconds continue_token_ttl{300};
     // Run pods without bubblewrap namespaces when bwrap cannot create them. Loudly unsafe.
     bool allow_no_isolation = false;
+    // The bubblewrap program (searched in PATH unless it contains '/'). Tests point it at a program
+    // that fails (e.g. /bin/false) to see how the cluster refuses pods without isolation.
+    std::string bwrap_program = "bwrap";
+    // Accept requests that carry no credentials, with full access, as the insecure port of old
+    // API servers did. Meant for tls = false, where kubectl sends no token from its kubeconfig
+    // (it only sends credentials over HTTPS). A request with a wrong token still gets 401.
+    bool allow_anonymous = false;
     // Image name (exact, or a prefix ending in '*', e.g. "python:*") -> root filesystem:
     // "host" = the host's userland read-only, "busybox" = a minimal busybox root, or a directory.
     std::map<std::string, std::string> images{};
 };
 
 // Faults injected into API responses, for tests. Thread-safe.
+//   status               answer with `status` (429 carries Retry-After when retry_after_seconds is set)
+//   drop_before_response close the connection without answering
+//   drop_mid_body        send the head and half the body of a plain response, then close
+//   latency              delay the request by `latency`, then serve it normally
+//   drop_mid_stream      serve normally but cut the connection once the server has written
+//                        `drop_after_bytes` bytes on it (response head and framing included);
+//                        honoured by every response, including the streams handed to the kubelet
+//                        (exec, port-forward, log) and watches. The cut is a plain
+//                        close: no WebSocket close frame, no final chunk, no exec status.
 struct FaultRule {
     std::string path_contains;       // applies to requests whose target contains this ("" = all)
     std::string method{};              // "" = any
     int count = 1;                   // how many requests it hits; -1 = until cleared
-    enum class Action { status, drop_before_response, drop_mid_body, latency } action = Action::status;
+    enum class Action { status, drop_before_response, drop_mid_body, latency, drop_mid_stream } action = Action::status;
     unsigned status = 500;           // for Action::status
     std::optional<int> retry_after_seconds{};
     std::chrono::milliseconds latency{0};
+    std::size_t drop_after_bytes = 0;  // for Action::drop_mid_stream
 };
 
 class LocalCluster {
@@ -51,6 +68,9 @@ public:
     const std::string& token() const;
     const std::string& ca_pem() const;        // empty for plain HTTP
     bool isolation_available() const;
+    // Why pods cannot be isolated ("" when they can); pods then fail with reason
+    // IsolationUnavailable and this message, unless allow_no_isolation is set.
+    std::string isolation_problem() const;
 
     KubeConfig kube_config(std::string namespace_name = "default") const;
     Result<void> write_kubeconfig(const std::filesystem::path& path) const;

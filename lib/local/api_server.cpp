@@ -1,5 +1,6 @@
 #include "local/api_server.hpp"
 
+#include "local/known_fields.hpp"
 #include "local/kubelet.hpp"
 #include "local/protobuf_objects.hpp"
 #include "local/store.hpp"
@@ -11,6 +12,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -508,6 +510,8 @@ struct Request {
     std::string method;
     std::vector<std::string> segments;
     std::map<std::string, std::string> query;
+    // Warning headers for the response (fieldValidation=Warn), added by the handlers.
+    mutable std::vector<std::string> warnings;
 };
 
 struct Route {
@@ -517,6 +521,7 @@ struct Route {
     std::string name;
     std::string sub;
     bool namespaced_path = false;
+    bool name_in_path = false;  // the URL has a name segment (possibly empty: "configmaps//status")
 };
 
 struct ApiServer::Impl {
@@ -757,6 +762,48 @@ struct ApiServer::Impl {
         return it != req.query.end() && it->second == "All";
     }
 
+    // ------------------------------------------------------------------ fieldValidation
+
+    // The request's fieldValidation directive ("Strict", "Warn" or "Ignore"; absent = Warn), or
+    // the 422 a real server gives for an unsupported value. `options_kind`: CreateOptions etc.
+    std::variant<std::string, Response> field_validation(const Request& req, std::string_view options_kind) const {
+        auto it = req.query.find("fieldValidation");
+        if (it == req.query.end() || it->second.empty()) return std::string("Warn");
+        if (it->second == "Strict" || it->second == "Warn" || it->second == "Ignore") return it->second;
+        std::vector<StatusCause> causes{{"FieldValueNotSupported",
+                                         "Unsupported value: " + proto::go_quote(it->second) +
+                                             ": supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"",
+                                         "fieldValidation"}};
+        proto::StatusDetails d;
+        d.group = "meta.k8s.io";
+        d.kind = std::string(options_kind);
+        std::string msg = proto::invalid_message(std::string(options_kind) + ".meta.k8s.io", "", causes);
+        d.causes = std::move(causes);
+        return status_response(422, "Invalid", msg, d);
+    }
+
+    // Drops the fields the kind does not know. Strict: 400 naming every one; Warn: one Warning
+    // header each; Ignore: silent. `decode_prefix`: the text a real decoder puts before the
+    // strict error for a request body ("ConfigMap in version \"v1\" cannot be handled as a
+    // ConfigMap: "); empty for patches.
+    std::optional<Response> drop_unknown_fields(const Request& req, const ResourceType& t, const std::string& directive,
+                                                json::object& o, const std::string& decode_prefix) const {
+        auto unknown = prune_unknown_fields(t, o);
+        if (unknown.empty() || directive == "Ignore") return std::nullopt;
+        if (directive == "Strict") {
+            std::string msg = decode_prefix + "strict decoding error: ";
+            for (std::size_t i = 0; i < unknown.size(); ++i)
+                msg += (i ? ", unknown field " : "unknown field ") + proto::go_quote(unknown[i]);
+            return bad_request(msg);
+        }
+        for (auto& f : unknown) req.warnings.push_back("unknown field " + proto::go_quote(f));
+        return std::nullopt;
+    }
+
+    static std::string decode_prefix(const ResourceType& t, const std::string& version) {
+        return t.kind + " in version " + proto::go_quote(version) + " cannot be handled as a " + t.kind + ": ";
+    }
+
     // ------------------------------------------------------------------ create
 
     // The body's namespace must match the URL's (or be empty, then filled in); cluster-scoped
@@ -775,9 +822,14 @@ struct ApiServer::Impl {
 
     Response create(const Request& req, const Route& r) {
         const ResourceType& t = *r.type;
+        auto directive = field_validation(req, "CreateOptions");
+        if (auto* resp = std::get_if<Response>(&directive)) return *resp;
         auto parsed = parse_body(req);
         if (auto* resp = std::get_if<Response>(&parsed)) return *resp;
         json::object o = std::move(std::get<json::object>(parsed));
+        if (auto resp = drop_unknown_fields(req, t, std::get<std::string>(directive), o, decode_prefix(t, r.version)))
+            return *resp;
+        if (!o.contains("metadata") || !o["metadata"].is_object()) o["metadata"] = json::object{};
         auto& meta = o["metadata"].as_object();
         if (auto mismatch = bind_namespace(t, r, meta)) return *mismatch;
         std::string kind = str_at(o, "kind");
@@ -945,10 +997,16 @@ struct ApiServer::Impl {
     Response replace(const Request& req, const Route& r) {
         const ResourceType& t = *r.type;
         auto cur = store.get(t.id(), {r.ns, r.name});
+        auto directive = field_validation(req, "UpdateOptions");
+        if (auto* resp = std::get_if<Response>(&directive)) return *resp;
         auto parsed = parse_body(req);
         if (auto* resp = std::get_if<Response>(&parsed)) return *resp;
+        json::object o = std::move(std::get<json::object>(parsed));
+        if (auto resp = drop_unknown_fields(req, t, std::get<std::string>(directive), o, decode_prefix(t, r.version)))
+            return *resp;
+        if (!o.contains("metadata") || !o["metadata"].is_object()) o["metadata"] = json::object{};
         if (!cur) return not_found(t, r.name);
-        return update_object(req, r, *cur, std::move(std::get<json::object>(parsed)), true);
+        return update_object(req, r, *cur, std::move(o), true);
     }
 
     Response patch(const Request& req, const Route& r) {
@@ -963,6 +1021,8 @@ struct ApiServer::Impl {
             return status_response(415, "UnsupportedMediaType", unsupported_patch_message);
         if (ct == "application/strategic-merge-patch+json" && t.custom)
             return status_response(415, "UnsupportedMediaType", unsupported_patch_message);
+        auto directive = field_validation(req, "PatchOptions");
+        if (auto* resp = std::get_if<Response>(&directive)) return *resp;
         if (ec) return bad_request("error decoding patch: " + ec.message());
         auto cur = store.get(t.id(), {r.ns, r.name});
         if (apply) {
@@ -980,7 +1040,9 @@ struct ApiServer::Impl {
                 if (!po.contains("metadata") || !po["metadata"].is_object()) po["metadata"] = json::object{};
                 if (str_at(po["metadata"].as_object(), "name").empty()) po["metadata"].as_object()["name"] = r.name;
                 create_req.msg.body() = json::serialize(p);
-                return create(create_req, r);
+                Response created = create(create_req, r);
+                req.warnings.insert(req.warnings.end(), create_req.warnings.begin(), create_req.warnings.end());
+                return created;
             }
         }
         if (!cur) return not_found(t, r.name);
@@ -1007,6 +1069,7 @@ struct ApiServer::Impl {
         }
         if (!result.is_object()) return bad_request("the patched object is not a JSON object");
         auto& ro = result.as_object();
+        if (auto resp = drop_unknown_fields(req, t, std::get<std::string>(directive), ro, "")) return *resp;
         if (!ro.contains("metadata") || !ro["metadata"].is_object()) ro["metadata"] = json::object{};
         return update_object(req, r, *cur, std::move(ro), false);
     }
@@ -1474,6 +1537,54 @@ struct Conn {
     beast::flat_buffer buffer;
 };
 
+// FaultRule::Action::drop_mid_stream: a stream that closes its inner stream once `budget` bytes
+// were written. Works below every protocol (HTTP, chunked watch, WebSocket, SPDY), so the
+// kubelet's streams honour it without knowing. State is shared with pending handlers, which may
+// complete after the wrapper is gone.
+class CutAfterBytes final : public net::AnyStream::Impl {
+public:
+    CutAfterBytes(net::AnyStream inner, std::size_t budget) : s_(std::make_shared<State>()) {
+        s_->inner = std::move(inner);
+        s_->left = budget;
+    }
+    ~CutAfterBytes() override { s_->inner.close(); }
+
+    asio::any_io_executor executor() override { return s_->inner.get_executor(); }
+    void read_some(asio::mutable_buffer b, net::IoHandler h) override {
+        s_->inner.async_read_some(b, std::move(h));
+    }
+    void write_some(asio::const_buffer b, net::IoHandler h) override {
+        if (s_->left == 0) {
+            s_->inner.close();
+            asio::post(s_->inner.get_executor(), [h = std::move(h)]() mutable {
+                std::move(h)(error_code(asio::error::connection_reset), std::size_t{0});
+            });
+            return;
+        }
+        std::size_t n = std::min(b.size(), s_->left);
+        s_->inner.async_write_some(asio::buffer(b.data(), n),
+                                   [s = s_, h = std::move(h)](error_code ec, std::size_t written) mutable {
+                                       s->left -= std::min(written, s->left);
+                                       if (s->left == 0) s->inner.close();  // what was written still arrives
+                                       std::move(h)(ec, written);
+                                   });
+    }
+    void handshake(net::DoneHandler h) override { s_->inner.async_handshake(std::move(h)); }
+    void shutdown(net::DoneHandler h) override { s_->inner.async_shutdown(std::move(h)); }
+    void close() noexcept override { s_->inner.close(); }
+    void expires_after(std::chrono::steady_clock::duration d) override { s_->inner.expires_after(d); }
+    void expires_never() override { s_->inner.expires_never(); }
+    asio::ip::tcp::socket& socket() override { return s_->inner.socket(); }
+    bool is_tls() const noexcept override { return s_->inner.is_tls(); }
+
+private:
+    struct State {
+        net::AnyStream inner;
+        std::size_t left = 0;
+    };
+    std::shared_ptr<State> s_;
+};
+
 std::string serialize_head(unsigned status, const std::vector<std::pair<std::string, std::string>>& headers) {
     std::string head = "HTTP/1.1 " + std::to_string(status) + " " +
                        std::string(http::obsolete_reason(static_cast<http::status>(status))) + "\r\n";
@@ -1541,7 +1652,39 @@ std::optional<Route> route_of(const std::vector<std::string>& segs, bool& known_
     if (!r.sub.empty() &&
         std::find(r.type->subresources.begin(), r.type->subresources.end(), r.sub) == r.type->subresources.end())
         return std::nullopt;
+    r.name_in_path = rest.size() >= 2;
     return r;
+}
+
+// Why `v` cannot be one path segment of a storage key ("" = it can), worded as a real server's
+// IsValidPathSegmentName. Path traversal ("..", "%2F" decoded to '/') ends here, never in a lookup.
+std::string path_segment_problems(const std::string& v) {
+    if (v == "." || v == "..") return "may not be '" + v + "'";
+    std::string out;
+    for (const char* bad : {"/", "%"})
+        if (v.find(bad) != std::string::npos) out += (out.empty() ? "" : ";") + std::string("may not contain '") + bad + "'";
+    return out;
+}
+
+// 400 for a namespace or name in the URL that cannot address an object: empty, ".", "..", with
+// '/' or '%' (also percent-encoded), or (namespace) with control characters such as NUL.
+std::optional<Response> path_names_error(const Route& r) {
+    if (r.namespaced_path) {
+        if (r.ns.empty()) return bad_request("Namespace parameter required.");
+        std::string why = path_segment_problems(r.ns);
+        if (why.empty() && std::any_of(r.ns.begin(), r.ns.end(), [](char c) {
+                auto u = static_cast<unsigned char>(c);
+                return u < 0x20 || u == 0x7f;
+            }))
+            why = "may not contain control characters";
+        if (!why.empty()) return bad_request("Namespace parameter invalid: " + proto::go_quote(r.ns) + ": " + why);
+    }
+    if (r.name_in_path) {
+        if (r.name.empty()) return bad_request("Name parameter required.");
+        std::string why = path_segment_problems(r.name);
+        if (!why.empty()) return bad_request("Name parameter invalid: " + proto::go_quote(r.name) + ": " + why);
+    }
+    return std::nullopt;
 }
 
 }  // namespace
@@ -1790,6 +1933,11 @@ static asio::awaitable<bool> handle(ApiServer::Impl& impl, Conn& conn, Request& 
         conn.stream.close();
         co_return false;
     }
+    if (fault && fault->action == FaultRule::Action::drop_mid_stream) {
+        // The connection's address stays the same: the server's open-connection set still finds it.
+        conn.stream = net::AnyStream(std::make_unique<CutAfterBytes>(std::move(conn.stream), fault->drop_after_bytes));
+        fault.reset();
+    }
     if (fault && fault->action == FaultRule::Action::status) {
         Response resp;
         resp.status = fault->status;
@@ -1816,7 +1964,8 @@ static asio::awaitable<bool> handle(ApiServer::Impl& impl, Conn& conn, Request& 
                                                     req.segments[0] == "readyz" || req.segments[0] == "version");
     if (!public_path) {
         std::string_view auth = req.msg[http::field::authorization];
-        if (auth != "Bearer " + impl.options.token) {
+        bool anonymous = auth.empty() && impl.options.allow_anonymous;
+        if (!anonymous && auth != "Bearer " + impl.options.token) {
             bool ok = co_await send(status_response(401, "Unauthorized", "Unauthorized"));
             co_return ok;
         }
@@ -1832,8 +1981,12 @@ static asio::awaitable<bool> handle(ApiServer::Impl& impl, Conn& conn, Request& 
     if (!handled) {
         bool known_gv = false;
         auto route = route_of(req.segments, known_gv);
+        std::optional<Response> bad_path;
+        if (route) bad_path = path_names_error(*route);
         if (!route) {
             resp = server_not_found();
+        } else if (bad_path) {
+            resp = std::move(*bad_path);
         } else {
             const ResourceType& t = *route->type;
             const std::string& m = req.method;
@@ -1882,6 +2035,7 @@ static asio::awaitable<bool> handle(ApiServer::Impl& impl, Conn& conn, Request& 
             else resp = status_response(405, "MethodNotAllowed", m + " is not supported on resources of kind \"" + t.plural + "\"");
         }
     }
+    for (const auto& w : req.warnings) resp.headers.emplace_back("Warning", "299 - " + proto::go_quote(w));
     if (fault && fault->action == FaultRule::Action::drop_mid_body) {
         std::string full = resp.body;
         std::string data = serialize_head(resp.status, base_headers(resp, keep_alive)) + full.substr(0, full.size() / 2);

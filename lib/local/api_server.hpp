@@ -35,6 +35,7 @@ private:
 
 struct ApiServerOptions {
     std::string token;
+    bool allow_anonymous = false;  // requests without an Authorization header are accepted
     std::chrono::seconds continue_token_ttl{300};
     std::string server_address;  // host:port for /api serverAddressByClientCIDRs
 };

@@ -424,6 +424,16 @@ struct Core {
         return true;
     }
 
+    // The configured bubblewrap program in place of the plain name bwrap_argv puts in.
+    void use_bwrap_program(std::vector<std::string>& argv) const {
+        if (options.bwrap_program.empty() || options.bwrap_program == "bwrap") return;
+        for (auto& a : argv)
+            if (a == "bwrap") {
+                a = options.bwrap_program;
+                return;
+            }
+    }
+
     // Runs a throw-away sandbox the way pods run: namespaces + a bind from data_dir.
     void probe_isolation() {
         fs::path probe = options.data_dir / "pods" / ".probe";
@@ -436,6 +446,7 @@ struct Core {
         plan.gid = 1000;
         plan.mounts.push_back(MountPlan{"", probe, "/probe", false});
         auto argv = bwrap_argv(plan, layout, "probe", 3, {});
+        use_bwrap_program(argv);
         int p[2];
         if (::pipe2(p, O_CLOEXEC) != 0) {
             problem = "pipe failed";
@@ -597,6 +608,7 @@ struct Core {
             info_rd = Fd(fds[0]);
             Fd info_wr(fds[1]);
             s.argv = bwrap_argv(plan, layout, p.name, 3, entries);
+            use_bwrap_program(s.argv);
             s.dups.push_back({info_wr.fd, 3});
             // posix_spawnp searches the caller's PATH for setpriv/bwrap; the child gets plan.env.
             p.pid = s.run();

@@ -29,6 +29,7 @@ struct KubeletOptions {
     std::filesystem::path data_dir;  // pods' working directories live below it
     std::map<std::string, std::string> images;  // see LocalClusterOptions::images
     bool allow_no_isolation = false;
+    std::string bwrap_program = "bwrap";  // see LocalClusterOptions::bwrap_program
 };
 
 // One request the API server has authenticated and routed to a pod subresource. The kubelet

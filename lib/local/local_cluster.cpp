@@ -135,6 +135,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
 
     local::ApiServerOptions api_opts;
     api_opts.token = impl->token;
+    api_opts.allow_anonymous = options.allow_anonymous;
     api_opts.continue_token_ttl = options.continue_token_ttl;
     api_opts.server_address = host + ":" + std::to_string(impl->port);
     impl->api = std::make_unique<local::ApiServer>(impl->ioc.get_executor(), api_opts, impl->faults);
@@ -142,6 +143,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
     kopts.data_dir = impl->data_dir / "pods";
     kopts.images = options.images;
     kopts.allow_no_isolation = options.allow_no_isolation;
+    kopts.bwrap_program = options.bwrap_program;
     local::ApiServer* api = impl->api.get();
     impl->kubelet = std::make_unique<local::Kubelet>(
         impl->ioc.get_executor(), kopts,
@@ -204,6 +206,10 @@ std::uint16_t LocalCluster::port() const { return impl_->port; }
 const std::string& LocalCluster::token() const { return impl_->token; }
 const std::string& LocalCluster::ca_pem() const { return impl_->certs.ca_pem; }
 bool LocalCluster::isolation_available() const { return impl_->kubelet && impl_->kubelet->isolation_available(); }
+std::string LocalCluster::isolation_problem() const {
+    if (!impl_->kubelet) return "the cluster is stopped";
+    return impl_->kubelet->isolation_available() ? std::string() : impl_->kubelet->isolation_problem();
+}
 
 KubeConfig LocalCluster::kube_config(std::string namespace_name) const {
     KubeConfig c = KubeConfig::from_url(impl_->url, impl_->token, std::move(namespace_name));

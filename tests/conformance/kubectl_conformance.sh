@@ -10,9 +10,12 @@ export HOME=$TMP  # kubectl's discovery cache lives under ~/.kube/cache
 export KUBECONFIG=$TMP/kubeconfig
 FAILURES=0
 PID=
+EXTRA_PID=
 
 cleanup() {
-    if [[ -n $PID ]] && kill -0 "$PID" 2>/dev/null; then kill -TERM "$PID" 2>/dev/null || true; fi
+    for p in $PID $EXTRA_PID; do
+        if kill -0 "$p" 2>/dev/null; then kill -TERM "$p" 2>/dev/null || true; fi
+    done
     rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -98,6 +101,20 @@ expect "create service" "service/web created" K create -f "$TMP/svc.yaml"
 expect "create networkpolicy" "networkpolicy.networking.k8s.io/deny-all created" K create -f "$TMP/netpol.yaml"
 expect "create sandboxclaim" "sandboxclaim.extensions.agents.x-k8s.io/claim1 created" K create -f "$TMP/claim.yaml"
 expect "create duplicate fails" "AlreadyExists|already exists" bash -c "! kubectl create -f '$TMP/pod.yaml' 2>&1"
+# Unknown fields: kubectl 1.32 asks for fieldValidation=Strict by default, Ignore with --validate=false.
+cat >"$TMP/typo.yaml" <<'YAML'
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: typo, namespace: conf}
+datta: {a: "1"}
+YAML
+expect "create with unknown field fails" 'BadRequest.*strict decoding error: unknown field "datta"' \
+    bash -c "! kubectl create -f '$TMP/typo.yaml' 2>&1"
+expect "create --validate=false" "configmap/typo created" K create --validate=false -f "$TMP/typo.yaml"
+expect "unknown field dropped" "^dropped$" \
+    bash -c "kubectl get configmap typo -n conf -o json | grep -q datta && echo kept || echo dropped"
+expect "create --validate=warn warns" 'Warning: unknown field "datta"' \
+    bash -c "sed 's/name: typo/name: typo2/' '$TMP/typo.yaml' | kubectl create --validate=warn -f - 2>&1"
 expect "apply create" "configmap/applied created" K apply -f "$TMP/cm.yaml"
 sed -i 's/a: "1"/a: "2"/' "$TMP/cm.yaml"
 expect "apply update" "configmap/applied configured" K apply -f "$TMP/cm.yaml"
@@ -219,6 +236,51 @@ YAML
     K delete namespace pf --wait=false >/dev/null 2>&1 || true
 fi
 # ==============================================================================================
+
+# ==============================================================================================
+# Plain HTTP: kubectl sends no credentials over http://, so such a server is usable by kubectl
+# only with --insecure-allow-anonymous. The same server runs with a bwrap that always fails, to
+# show how pods are refused when isolation is unavailable.
+# ==============================================================================================
+# start_extra KUBECONFIG LOG ARGS...: starts another kubesandbox-local; sets EXTRA_PID.
+start_extra() {
+    local kc=$1 log=$2; shift 2
+    "$BIN" --kubeconfig "$kc" "$@" >"$log" 2>&1 &
+    EXTRA_PID=$!
+    for _ in $(seq 100); do [[ -s $kc ]] && break; sleep 0.1; done
+}
+stop_extra() { kill -TERM "$EXTRA_PID" 2>/dev/null || true; wait "$EXTRA_PID" 2>/dev/null || true; EXTRA_PID=; }
+
+expect "--insecure-allow-anonymous needs --plain-http" "needs --plain-http" \
+    bash -c "! '$BIN' --kubeconfig '$TMP/never' --insecure-allow-anonymous 2>&1"
+start_extra "$TMP/plain-anon.kubeconfig" "$TMP/plain-anon.log" --plain-http --insecure-allow-anonymous \
+    --bwrap /bin/false --data-dir "$TMP/plain-anon-data"
+PK() { K --kubeconfig "$TMP/plain-anon.kubeconfig" "$@"; }
+expect "plain http + anonymous: server URL" "server: http://127\.0\.0\.1:" cat "$TMP/plain-anon.kubeconfig"
+expect "plain http + anonymous: get namespaces" "^default +Active" PK get namespaces
+expect "plain http + anonymous: create" "configmap/plain created" PK create configmap plain --from-literal=a=b
+expect "plain http + anonymous: read back" "^b$" PK get configmap plain -o 'jsonpath={.data.a}{"\n"}'
+expect "plain http + anonymous: server warns" "WARNING: unauthenticated requests are accepted" cat "$TMP/plain-anon.log"
+expect "isolation unavailable: server says why" "bubblewrap isolation is unavailable .*pods will fail" \
+    cat "$TMP/plain-anon.log"
+PK create -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: refused, namespace: default}
+spec:
+  restartPolicy: Never
+  containers: [{name: main, image: busybox, command: ["true"]}]
+YAML
+for _ in $(seq 50); do PK get pod refused 2>/dev/null | grep -q IsolationUnavailable && break; sleep 0.2; done
+expect "isolation unavailable: pod refused" "^refused +0/1 +IsolationUnavailable" PK get pod refused
+expect "isolation unavailable: pod message" "bubblewrap cannot create the pod namespaces" \
+    PK get pod refused -o 'jsonpath={.status.message}{"\n"}'
+stop_extra
+start_extra "$TMP/plain.kubeconfig" "$TMP/plain.log" --plain-http --data-dir "$TMP/plain-data"
+expect "plain http without anonymous: kubectl gets 401" "must be logged in to the server" \
+    bash -c "! kubectl --kubeconfig '$TMP/plain.kubeconfig' --request-timeout=20s get namespaces 2>&1"
+expect "plain http without anonymous: server explains" "add --insecure-allow-anonymous" cat "$TMP/plain.log"
+stop_extra
 
 kill -TERM "$PID"
 STATUS=0

@@ -236,6 +236,139 @@ TEST(LocalApi, ValidationAndGenerateName) {
     EXPECT_NE(imm.body.find("pod updates may not change fields"), std::string::npos);
 }
 
+// fieldValidation: Strict rejects unknown fields naming each by path (in document order), Warn
+// (the default) drops them with a Warning header per field, Ignore drops them silently.
+TEST(LocalApi, UnknownFieldsPerFieldValidation) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    auto cm = configmap("strict");
+    cm["datta"] = json::object{{"x", "y"}};
+    cm["metadata"].as_object()["lables"] = json::object{};
+    auto strict = h.post(std::string(cms) + "?fieldValidation=Strict", cm);
+    ASSERT_EQ(strict.status, 400u) << strict.body;
+    EXPECT_EQ(str(strict.obj().at("reason")), "BadRequest");
+    EXPECT_EQ(str(strict.obj().at("message")),
+              "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: "
+              "unknown field \"metadata.lables\", unknown field \"datta\"");
+    EXPECT_EQ(h.get(std::string(cms) + "/strict").status, 404u);
+
+    // Absent = Warn: stored without the unknown fields, one warning each.
+    auto warn = h.post(cms, cm);
+    ASSERT_EQ(warn.status, 201u) << warn.body;
+    EXPECT_EQ(warn.headers["Warning"],
+              "299 - \"unknown field \\\"metadata.lables\\\"\", 299 - \"unknown field \\\"datta\\\"\"");
+    EXPECT_FALSE(warn.obj().contains("datta"));
+    EXPECT_FALSE(warn.obj().at("metadata").as_object().contains("lables"));
+    auto stored = h.get(std::string(cms) + "/strict").obj();
+    EXPECT_FALSE(stored.contains("datta"));
+    EXPECT_EQ(str(stored.at("data").at("k")), "v");
+
+    cm["metadata"].as_object()["name"] = "ignored";
+    auto ignore = h.post(std::string(cms) + "?fieldValidation=Ignore", cm);
+    ASSERT_EQ(ignore.status, 201u) << ignore.body;
+    EXPECT_EQ(ignore.headers.count("Warning"), 0u);
+    EXPECT_FALSE(ignore.obj().contains("datta"));
+
+    auto bogus = h.post(std::string(cms) + "?fieldValidation=Bogus", configmap("bogus"));
+    ASSERT_EQ(bogus.status, 422u);
+    EXPECT_EQ(str(bogus.obj().at("message")),
+              "CreateOptions.meta.k8s.io \"\" is invalid: fieldValidation: Unsupported value: \"Bogus\": "
+              "supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"");
+
+    // Pod spec and container fields: known ones pass, a typo is named with its path.
+    auto p = pod("typo");
+    auto& ctr = p["spec"].as_object()["containers"].as_array()[0].as_object();
+    ctr["command"] = json::array{"sleep", "1"};
+    ctr["env"] = json::array{json::object{{"name", "A"}, {"value", "1"}}};
+    ctr["securityContext"] = json::object{{"runAsUser", 1000}, {"allowPrivilegeEscalation", false}};
+    ctr["resources"] = json::object{{"limits", json::object{{"cpu", "1"}}}};
+    ctr["workingDir"] = "/workspace";
+    p["spec"].as_object()["restartPolicy"] = "Never";
+    p["spec"].as_object()["securityContext"] = json::object{{"runAsUser", 1000}, {"fsGroup", 1000}};
+    auto ok = h.post("/api/v1/namespaces/default/pods?fieldValidation=Strict", p);
+    ASSERT_EQ(ok.status, 201u) << ok.body;
+    p["metadata"].as_object()["name"] = "typo2";
+    p["spec"].as_object()["containers"].as_array()[0].as_object()["imagePullPolicyy"] = "Never";
+    p["spec"].as_object()["containers"].as_array()[0].as_object()["env"].as_array()[0].as_object()["valu"] = "2";
+    p["spec"].as_object()["restartPolicyy"] = "Never";
+    auto typo = h.post("/api/v1/namespaces/default/pods?fieldValidation=Strict", p);
+    ASSERT_EQ(typo.status, 400u);
+    EXPECT_EQ(str(typo.obj().at("message")),
+              "Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: unknown field "
+              "\"spec.containers[0].env[0].valu\", unknown field \"spec.containers[0].imagePullPolicyy\", "
+              "unknown field \"spec.restartPolicyy\"");
+
+    // PUT and PATCH validate the result the same way.
+    auto cur = h.get(std::string(cms) + "/strict").obj();
+    cur["extra"] = 1;
+    auto put = h.put(std::string(cms) + "/strict?fieldValidation=Strict", cur);
+    ASSERT_EQ(put.status, 400u);
+    EXPECT_NE(str(put.obj().at("message")).find("unknown field \"extra\""), std::string::npos);
+    auto patch = h.patch(std::string(cms) + "/strict?fieldValidation=Strict", json::object{{"spec", json::object{{"a", 1}}}},
+                         "application/merge-patch+json");
+    ASSERT_EQ(patch.status, 400u);
+    EXPECT_EQ(str(patch.obj().at("message")), "strict decoding error: unknown field \"spec\"");
+    auto patch_warn = h.patch(std::string(cms) + "/strict", json::object{{"spec", json::object{{"a", 1}}}},
+                              "application/merge-patch+json");
+    ASSERT_EQ(patch_warn.status, 200u);
+    EXPECT_EQ(patch_warn.headers["Warning"], "299 - \"unknown field \\\"spec\\\"\"");
+    EXPECT_FALSE(patch_warn.obj().contains("spec"));
+
+    // Custom resources: spec stays opaque, top-level and metadata fields are checked.
+    auto cl = claim("cr");
+    cl["spec"].as_object()["anything"] = json::object{{"goes", true}};
+    ASSERT_EQ(h.post(std::string(claims) + "?fieldValidation=Strict", cl).status, 201u);
+    cl["metadata"].as_object()["name"] = "cr2";
+    cl["specc"] = json::object{};
+    auto bad_cr = h.post(std::string(claims) + "?fieldValidation=Strict", cl);
+    ASSERT_EQ(bad_cr.status, 400u);
+    EXPECT_NE(str(bad_cr.obj().at("message")).find("unknown field \"specc\""), std::string::npos);
+}
+
+// Names and namespaces in the URL that are not one path segment never reach a lookup: 400 with
+// a Status, never a 200 (e.g. an empty list for "namespaces/../configmaps").
+TEST(LocalApi, PathTraversalInNamesAndNamespaces) {
+    auto c = start_cluster();
+    ASSERT_TRUE(c);
+    HttpClient h(*c);
+    ASSERT_EQ(h.post(cms, configmap("victim")).status, 201u);
+    struct Case {
+        std::string method, target, message;
+    };
+    std::vector<Case> cases{
+        {"GET", "/api/v1/namespaces/../configmaps", "Namespace parameter invalid: \"..\": may not be '..'"},
+        {"GET", "/api/v1/namespaces/./configmaps", "Namespace parameter invalid: \".\": may not be '.'"},
+        {"GET", "/api/v1/namespaces/%2e%2e/configmaps", "Namespace parameter invalid: \"..\": may not be '..'"},
+        {"GET", "/api/v1/namespaces/a%2Fb/configmaps", "Namespace parameter invalid: \"a/b\": may not contain '/'"},
+        {"GET", "/api/v1/namespaces/a%00b/configmaps",
+         "Namespace parameter invalid: \"a\\x00b\": may not contain control characters"},
+        {"GET", "/api/v1/namespaces//configmaps", "Namespace parameter required."},
+        {"GET", "/api/v1/namespaces/..", "Name parameter invalid: \"..\": may not be '..'"},
+        {"GET", "/api/v1/namespaces/default/configmaps/..", "Name parameter invalid: \"..\": may not be '..'"},
+        {"DELETE", "/api/v1/namespaces/default/configmaps/..", "Name parameter invalid: \"..\": may not be '..'"},
+        {"GET", "/api/v1/namespaces/default/configmaps/..%2Fvictim",
+         "Name parameter invalid: \"../victim\": may not contain '/'"},
+        {"GET", "/api/v1/namespaces/default/configmaps/a%25b", "Name parameter invalid: \"a%b\": may not contain '%'"},
+        {"GET", "/api/v1/namespaces/default/pods//status", "Name parameter required."},
+        {"POST", "/api/v1/namespaces/default/pods/../exec?command=true", "Name parameter invalid: \"..\": may not be '..'"},
+    };
+    for (auto& k : cases) {
+        auto r = h.request(k.method, k.target);
+        EXPECT_EQ(r.status, 400u) << k.method << " " << k.target << ": " << r.body;
+        ASSERT_TRUE(r.obj().contains("kind")) << k.target << ": " << r.body;
+        EXPECT_EQ(str(r.obj().at("kind")), "Status");
+        EXPECT_EQ(str(r.obj().at("reason")), "BadRequest") << k.target;
+        EXPECT_EQ(str(r.obj().at("message")), k.message) << k.target;
+    }
+    // A NUL in a name is just a name nothing has: 404 with a well-formed Status.
+    auto nul = h.get("/api/v1/namespaces/default/configmaps/a%00b");
+    EXPECT_EQ(nul.status, 404u);
+    EXPECT_EQ(str(nul.obj().at("reason")), "NotFound");
+    // The object the traversal aimed at is untouched.
+    EXPECT_EQ(h.get(std::string(cms) + "/victim").status, 200u);
+}
+
 TEST(LocalApi, CustomResources) {
     auto c = start_cluster();
     ASSERT_TRUE(c);

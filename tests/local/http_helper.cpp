@@ -157,7 +157,11 @@ HttpResult HttpClient::request(const std::string& method, const std::string& tar
     out.status = res.result_int();
     out.content_type = std::string(res[http::field::content_type]);
     out.body = res.body();
-    for (auto& f : res) out.headers[std::string(f.name_string())] = std::string(f.value());
+    // Repeated fields (e.g. Warning) are joined as HTTP allows: "a, b".
+    for (auto& f : res) {
+        auto& v = out.headers[std::string(f.name_string())];
+        v += (v.empty() ? "" : ", ") + std::string(f.value());
+    }
     return out;
 }
 
@@ -168,6 +172,7 @@ struct WatchStream::Impl {
     char buf[8192];
     unsigned status = 0;
     bool ended = false;
+    bool cut = false;      // ended by a transport error, not by the final chunk
     bool reading = false;  // a read is in flight across next() calls
 
     void start_read() {
@@ -179,6 +184,7 @@ struct WatchStream::Impl {
             pending.append(buf, sizeof buf - parser.get().body().size);
             if (ec == http::error::need_buffer) ec = {};
             if (ec || parser.is_done()) ended = true;
+            if (ec && !parser.is_done()) cut = true;
         };
         if (conn.plain) http::async_read_some(*conn.plain, conn.buffer, parser, h);
         else http::async_read_some(*conn.tls, conn.buffer, parser, h);
@@ -212,6 +218,7 @@ WatchStream::~WatchStream() {
 
 unsigned WatchStream::status() const { return impl_->status; }
 bool WatchStream::ended() const { return impl_->ended && impl_->pending.find('\n') == std::string::npos; }
+bool WatchStream::cut() const { return impl_->cut; }
 
 std::optional<json::object> WatchStream::next(int timeout_ms) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);

@@ -57,6 +57,8 @@ public:
     // The next event line as JSON, or null when the stream ended or `timeout_ms` passed.
     std::optional<boost::json::object> next(int timeout_ms = 5000);
     bool ended() const;
+    // The stream ended without its terminating chunk (the connection was dropped).
+    bool cut() const;
 
     struct Impl;
 
