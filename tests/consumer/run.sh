@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds tests/consumer with kubesandbox pulled in through a wrap file pointing at this checkout.
+# Builds tests/consumer with kubesandbox pulled in through a wrap file pointing at this checkout
+# (its committed HEAD), runs it, then installs kubesandbox into a temporary prefix and builds
+# pkgconfig_consumer.cpp with nothing but `pkg-config --cflags --libs kubesandbox`.
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 work=$(mktemp -d)
@@ -16,6 +18,18 @@ depth = 1
 dependency_names = kubesandbox
 WRAP
 cd "$work"
-meson setup build >/dev/null
-ninja -C build
+prefix="$work/prefix"
+meson setup build --prefix "$prefix" >/dev/null
+ninja -C build ${CONSUMER_JOBS:+-j "$CONSUMER_JOBS"}
 meson test -C build --print-errorlogs
+
+echo "-- installed kubesandbox through pkg-config"
+meson install -C build --quiet
+pc=$(find "$prefix" -name kubesandbox.pc -print -quit)
+[ -n "$pc" ] || { echo "kubesandbox.pc was not installed under $prefix"; exit 1; }
+export PKG_CONFIG_PATH="$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+echo "pkg-config: $(pkg-config --cflags --libs kubesandbox)"
+# shellcheck disable=SC2046  # word splitting of the flags is intended
+"${CXX:-g++}" -Wall -Wextra -Werror -o pkgconfig_consumer "$root/tests/consumer/pkgconfig_consumer.cpp" \
+  $(pkg-config --cflags --libs kubesandbox)
+LD_LIBRARY_PATH="$(pkg-config --variable=libdir kubesandbox)" ./pkgconfig_consumer

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang 14 over the sans-IO sources and runs each for a
-# bounded time. Usage: run.sh ROOT SECONDS_PER_TARGET
+# Builds the libFuzzer targets (every tests/fuzz/fuzz_*.cpp) with clang 14 over the sans-IO
+# sources and runs each for a bounded time. This script is the only fuzz build (Meson builds with
+# g++; there is no Meson option for it). Seeds in tests/fuzz/seeds/<target>/ are read, never
+# written. Usage: run.sh ROOT SECONDS_PER_TARGET  (env: FUZZ_BUILD_DIR, default ROOT/build-fuzz; FUZZ_JOBS, default 2)
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 seconds=${2:-20}
 out=${FUZZ_BUILD_DIR:-$root/build-fuzz}
+jobs_max=${FUZZ_JOBS:-2}
 mkdir -p "$out/obj" "$out/corpus"
 cxx=clang++-14
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -I"$root/include" -I"$root/lib"
@@ -14,7 +17,7 @@ for src in "$root"/lib/error.cpp "$root"/lib/proto/*.cpp; do
   obj="$out/obj/$(basename "$src" .cpp).o"
   if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then
     "$cxx" "${flags[@]}" -c "$src" -o "$obj" &
-    while (( $(jobs -r | wc -l) >= 2 )); do wait -n; done
+    while (( $(jobs -r | wc -l) >= jobs_max )); do wait -n; done
   fi
   objs+=("$obj")
 done
@@ -25,9 +28,11 @@ for target in "$root"/tests/fuzz/fuzz_*.cpp; do
   name=$(basename "$target" .cpp)
   "$cxx" "${flags[@]}" -fsanitize=fuzzer "$target" "${objs[@]}" "${libs[@]}" -o "$out/$name"
   mkdir -p "$out/corpus/$name"
+  corpora=("$out/corpus/$name")
+  [ -d "$root/tests/fuzz/seeds/$name" ] && corpora+=("$root/tests/fuzz/seeds/$name")
   echo "-- $name for ${seconds}s"
   if ! "$out/$name" -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-       -print_final_stats=1 "$out/corpus/$name" >"$out/$name.log" 2>&1; then
+       -print_final_stats=1 "${corpora[@]}" >"$out/$name.log" 2>&1; then
     echo "FUZZ FAILURE in $name:"; tail -40 "$out/$name.log"; status=1
   else
     grep -E 'stat::number_of_executed_units' "$out/$name.log" || true
