@@ -83,6 +83,9 @@ struct Error {
     std::string reason{};                  // Kubernetes Status.reason when there was one
     std::vector<StatusCause> causes{};     // Status.details.causes
     std::optional<std::chrono::seconds> retry_after{};  // Retry-After header or details.retryAfterSeconds
+    // The Asio/Beast/SSL code behind a typed transport errc (connection_closed, invalid_response,
+    // tls_error, timeout), kept so callers can tell a reset from an EOF; empty otherwise.
+    boost::system::error_code lower_code{};
 
     bool is(errc e) const noexcept { return code == make_error_code(e); }
     // "<category>: <message> (HTTP 409 AlreadyExists)" for logs and CLI output.

@@ -70,6 +70,9 @@ struct WatchOptions {
     std::string resource_version{};  // empty = synthetic ADDED for current objects first
     bool allow_bookmarks = true;
     std::optional<int> timeout_seconds{};
+    // next() fails with errc::timeout when no byte (not even a bookmark) arrives for this long,
+    // so a silent server or a dead network path cannot hang a watcher forever.
+    std::chrono::milliseconds idle_timeout{std::chrono::minutes(5)};
 };
 
 struct WatchEvent {
@@ -102,7 +105,9 @@ struct DeleteResult {
 class KubeClient;
 
 // A stream of watch events. next() yields the next event, nullopt when the server ended the
-// watch normally (timeoutSeconds), or an error (HTTP 410 becomes errc::expired).
+// watch normally (timeoutSeconds), or an error: HTTP 410 and an ERROR event with code 410 become
+// errc::expired, other ERROR events the typed error of their Status, silence longer than
+// WatchOptions::idle_timeout errc::timeout. ERROR events are never yielded as events.
 class WatchStream {
 public:
     WatchStream();
@@ -184,6 +189,30 @@ public:
 
 private:
     std::shared_ptr<Impl> impl_{};
+};
+
+// Lists a collection, then watches it from the list's resourceVersion (client-go's reflector):
+// a normal end of the watch resumes from the last resourceVersion seen, a 410 Expired (HTTP
+// status or ERROR event) makes it list again. The first list yields its objects as ADDED; a
+// re-list yields only the differences to what was yielded before (ADDED, MODIFIED, DELETED).
+// Bookmarks are consumed. Other failures are returned; calling next() again resumes.
+class ListWatch {
+public:
+    ListWatch(KubeClient client, ResourcePath collection, WatchOptions options);
+    ListWatch(KubeClient client, ResourcePath collection)
+        : ListWatch(std::move(client), std::move(collection), WatchOptions()) {}
+    ListWatch(ListWatch&&) noexcept;
+    ListWatch& operator=(ListWatch&&) noexcept;
+    ~ListWatch();
+
+    boost::asio::awaitable<Result<WatchEvent>> next();
+    void close();
+    int lists_made() const noexcept;  // how often the collection was listed
+
+    struct State;
+
+private:
+    std::unique_ptr<State> state_{};
 };
 
 }  // namespace kubesandbox

@@ -37,9 +37,13 @@ struct KubeConfig {
     std::string client_key_pem{};
     bool insecure_skip_tls_verify = false;
     std::string tls_server_name{};
-    std::string proxy_url;  // http://proxy:port (HTTP CONNECT); empty = HTTPS_PROXY/NO_PROXY rules
+    // http://[user:password@]proxy:port (HTTP CONNECT; credentials go in Proxy-Authorization and
+    // never into messages); empty = HTTPS_PROXY/NO_PROXY rules.
+    std::string proxy_url;
 
-    // Authentication, first that is set wins: token, token_file, exec, basic.
+    // Authentication, first that is set wins: token_file, token, exec, basic. token_file wins
+    // over token (client-go); token is used only while the file cannot be read. Credentials
+    // are refused over plain http:// unless the server is loopback.
     std::string token{};
     std::string token_file;  // re-read periodically (service-account tokens rotate)
     std::optional<ExecCredentialConfig> exec{};

@@ -36,6 +36,13 @@ struct RawResponse {
     std::string content_type;
     std::string body;
     std::string retry_after;
+    int attempt = 0;  // 0 when the first try produced it; > 0 after retries
+};
+
+// What one attempt got to do before it failed, for the retry decision.
+struct AttemptProgress {
+    bool request_sent = false;    // bytes of the request may have reached the server
+    bool connect_failed = false;  // failed (or timed out) while connecting: nothing was sent
 };
 
 struct RawRequest {
@@ -59,8 +66,12 @@ struct KubeClient::Impl : std::enable_shared_from_this<KubeClient::Impl> {
     boost::asio::awaitable<Result<kube::RawResponse>> execute(kube::RawRequest request);
 
     // A fresh connection (TCP or TLS, through the proxy when configured), not from the pool:
-    // for upgrades (exec, port-forward) and watches.
-    boost::asio::awaitable<Result<net::AnyStream>> connect();
+    // for upgrades (exec, port-forward) and watches. Bounded by options.connect_timeout and,
+    // when given, by `deadline` (the request's deadline), whichever comes first.
+    boost::asio::awaitable<Result<net::AnyStream>> connect(std::chrono::steady_clock::time_point deadline);
+    boost::asio::awaitable<Result<net::AnyStream>> connect() {
+        return connect(std::chrono::steady_clock::time_point::max());
+    }
     // "Bearer ..." or "Basic ..." or "" when unauthenticated.
     boost::asio::awaitable<Result<std::string>> authorization(bool force_refresh);
     std::string host_header() const;
@@ -91,7 +102,7 @@ private:
     boost::asio::awaitable<Result<std::string>> exec_authorization(bool force_refresh);
     boost::asio::awaitable<Result<kube::RawResponse>> attempt(const kube::RawRequest& request,
                                                               const std::string& authorization,
-                                                              bool& request_sent);
+                                                              kube::AttemptProgress& progress);
     std::optional<kube::PooledConnection> take_idle();
     void give_back(kube::PooledConnection connection);
 };

@@ -142,7 +142,9 @@ asio::awaitable<ReadResult> read_loop(WebSocket& ws, ExecOutcome& out, std::stri
                                                                                  std::to_string(ws.reason().code))};
                 co_return ReadResult{};
             }
-            co_return ReadResult{make_error(errc::connection_closed, "exec connection lost: " + ec.message())};
+            Error lost = make_error(errc::connection_closed, "exec connection lost: " + ec.message());
+            lost.lower_code = ec;  // keep the Asio/Beast/SSL cause
+            co_return ReadResult{std::move(lost)};
         }
         if (!ws.got_binary()) {
             finished = true;

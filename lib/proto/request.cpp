@@ -1,12 +1,11 @@
 #include "proto/request.hpp"
 
 #include <boost/asio/ip/address.hpp>
-#include <boost/asio/ip/network_v4.hpp>
-#include <boost/asio/ip/network_v6.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 
 namespace kubesandbox {
@@ -149,6 +148,41 @@ Result<ListPage> decode_list(std::string_view body) {
     return page;
 }
 
+namespace {
+
+int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+std::string percent_decode(std::string_view text) {
+    std::string out;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] == '%' && i + 2 < text.size() && hex_value(text[i + 1]) >= 0 && hex_value(text[i + 2]) >= 0) {
+            out += static_cast<char>(hex_value(text[i + 1]) * 16 + hex_value(text[i + 2]));
+            i += 2;
+        } else {
+            out += text[i];
+        }
+    }
+    return out;
+}
+
+// The URL with any "user:password@" replaced by "***@", for error messages.
+std::string redact_userinfo(std::string_view url) {
+    std::string out(url.substr(0, 200));
+    auto scheme = out.find("://");
+    const std::size_t start = scheme == std::string::npos ? 0 : scheme + 3;
+    const std::size_t end = std::min(out.find('/', start), out.size());
+    auto at = out.rfind('@', end == 0 ? 0 : end - 1);
+    if (at != std::string::npos && at >= start && at < end) out.replace(start, at - start, "***");
+    return out;
+}
+
+}  // namespace
+
 Result<ServerUrl> parse_server_url(std::string_view server) {
     ServerUrl u;
     std::string_view rest;
@@ -160,10 +194,18 @@ Result<ServerUrl> parse_server_url(std::string_view server) {
         rest = server.substr(7);
     } else {
         return fail(errc::invalid_config, "server URL must start with https:// or http://: \"" +
-                                              std::string(server.substr(0, 200)) + "\"");
+                                              redact_userinfo(server) + "\"");
     }
     auto slash = rest.find('/');
     std::string_view authority = rest.substr(0, slash);
+    if (auto at = authority.rfind('@'); at != std::string_view::npos) {
+        std::string_view userinfo = authority.substr(0, at);
+        authority.remove_prefix(at + 1);
+        auto colon = userinfo.find(':');
+        u.username = percent_decode(userinfo.substr(0, colon));
+        if (colon != std::string_view::npos) u.password = percent_decode(userinfo.substr(colon + 1));
+        u.has_userinfo = true;
+    }
     if (slash != std::string_view::npos) {
         std::string_view path = rest.substr(slash);
         while (!path.empty() && path.back() == '/') path.remove_suffix(1);
@@ -191,21 +233,60 @@ Result<ServerUrl> parse_server_url(std::string_view server) {
     return u;
 }
 
-namespace {
 bool is_loopback_host(std::string_view host) {
     if (host == "localhost") return true;
     boost::system::error_code ec;
     auto addr = boost::asio::ip::make_address(std::string(host), ec);
     return !ec && addr.is_loopback();
 }
+
+std::string basic_authorization(std::string_view username, std::string_view password) {
+    static constexpr char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string plain = std::string(username) + ":" + std::string(password);
+    std::string out = "Basic ";
+    for (std::size_t i = 0; i < plain.size(); i += 3) {
+        const std::size_t n = std::min<std::size_t>(3, plain.size() - i);
+        unsigned v = static_cast<unsigned char>(plain[i]) << 16;
+        if (n > 1) v |= static_cast<unsigned char>(plain[i + 1]) << 8;
+        if (n > 2) v |= static_cast<unsigned char>(plain[i + 2]);
+        out += alphabet[(v >> 18) & 63];
+        out += alphabet[(v >> 12) & 63];
+        out += n > 1 ? alphabet[(v >> 6) & 63] : '=';
+        out += n > 2 ? alphabet[v & 63] : '=';
+    }
+    return out;
+}
+
+namespace {
 std::string lower(std::string_view s) {
     std::string out(s);
     for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return out;
 }
+
+bool in_network(const boost::asio::ip::address& host, std::string_view cidr) {
+    auto slash = cidr.find('/');
+    boost::system::error_code ec;
+    auto base = boost::asio::ip::make_address(std::string(cidr.substr(0, slash)), ec);
+    if (ec || base.is_v4() != host.is_v4()) return false;
+    int bits = 0;
+    auto [end, fec] = std::from_chars(cidr.data() + slash + 1, cidr.data() + cidr.size(), bits);
+    if (fec != std::errc{} || end != cidr.data() + cidr.size()) return false;
+    auto compare = [bits](const auto& a, const auto& b) {
+        if (bits < 0 || static_cast<std::size_t>(bits) > a.size() * 8) return false;
+        for (int i = 0; i < bits; ++i) {
+            const unsigned bit = 0x80u >> (i % 8);
+            if ((a[static_cast<std::size_t>(i / 8)] & bit) != (b[static_cast<std::size_t>(i / 8)] & bit)) return false;
+        }
+        return true;
+    };
+    if (host.is_v4()) return compare(host.to_v4().to_bytes(), base.to_v4().to_bytes());
+    return compare(host.to_v6().to_bytes(), base.to_v6().to_bytes());
+}
+
 }  // namespace
 
-bool no_proxy_matches(std::string_view no_proxy, std::string_view host_in) {
+bool no_proxy_matches(std::string_view no_proxy, std::string_view host_in, std::string_view port) {
     if (is_loopback_host(host_in)) return true;
     const std::string host = lower(host_in);
     boost::system::error_code ec;
@@ -220,21 +301,30 @@ bool no_proxy_matches(std::string_view no_proxy, std::string_view host_in) {
         entry.erase(entry.find_last_not_of(" \t") + 1);
         if (entry.empty()) continue;
         if (entry == "*") return true;
-        if (auto slash = entry.find('/'); slash != std::string::npos && host_is_ip) {
-            boost::system::error_code nec;
-            if (host_addr.is_v4()) {
-                auto net = boost::asio::ip::make_network_v4(entry, nec);
-                if (!nec && net.hosts().find(host_addr.to_v4()) != net.hosts().end()) return true;
-                if (!nec && (net.network() == host_addr.to_v4() || net.broadcast() == host_addr.to_v4())) return true;
-            } else {
-                auto net = boost::asio::ip::make_network_v6(entry, nec);
-                if (!nec && net.hosts().find(host_addr.to_v6()) != net.hosts().end()) return true;
-            }
+        if (entry.find('/') != std::string::npos) {
+            if (host_is_ip && in_network(host_addr, entry)) return true;
             continue;
         }
-        // Strip a port from the entry (host:port); we match on host only.
-        if (auto colon = entry.rfind(':'); colon != std::string::npos && entry.find(':') == colon)
+        // An optional port: "host:port", "[v6]:port"; a bare IPv6 literal has several colons.
+        std::string entry_port;
+        if (entry.front() == '[') {
+            auto close = entry.find(']');
+            if (close == std::string::npos) continue;
+            if (entry.size() > close + 1 && entry[close + 1] == ':') entry_port = entry.substr(close + 2);
+            entry = entry.substr(1, close - 1);
+        } else if (auto colon = entry.rfind(':'); colon != std::string::npos && entry.find(':') == colon) {
+            entry_port = entry.substr(colon + 1);
             entry.erase(colon);
+        }
+        if (!entry_port.empty() && !port.empty() && entry_port != port) continue;
+        if (entry.empty()) continue;
+        boost::system::error_code eec;
+        auto entry_addr = boost::asio::ip::make_address(entry, eec);
+        if (!eec) {
+            if (host_is_ip && entry_addr == host_addr) return true;
+            continue;
+        }
+        if (entry.starts_with("*.")) entry.erase(0, 1);
         if (entry.front() == '.') {
             if (host.size() > entry.size() && host.ends_with(entry)) return true;
             if (host == entry.substr(1)) return true;

@@ -1,6 +1,7 @@
 #include "proto/status.hpp"
 
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
 #include <charconv>
@@ -113,6 +114,19 @@ Error error_from_response(unsigned http_status, std::string_view content_type,
         e.reason = std::string(reason_for_http_status(http_status));
     }
     e.code = make_error_code(errc_from_status(http_status, e.reason));
+    return e;
+}
+
+Error error_from_watch_status(const json::object& status) {
+    unsigned code = 0;
+    if (auto* c = status.if_contains("code"); c && c->is_number()) {
+        boost::system::error_code ec;
+        const auto n = c->to_number<std::int64_t>(ec);  // int64 or uint64 in the JSON model
+        if (!ec && n > 0 && n < 1000) code = static_cast<unsigned>(n);
+    }
+    Error e = error_from_response(code, "application/json", json::serialize(status));
+    if (code == 410) e.code = make_error_code(errc::expired);
+    if (e.message.empty() || e.message == "HTTP 0") e.message = "watch ERROR event without a message";
     return e;
 }
 

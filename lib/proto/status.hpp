@@ -25,6 +25,10 @@ std::string_view reason_for_http_status(unsigned http_status) noexcept;
 Error error_from_response(unsigned http_status, std::string_view content_type,
                           std::string_view body, std::string_view retry_after_header = {});
 
+// The typed error of a watch ERROR event's Status object. Code 410 (reason Expired or Gone: the
+// resourceVersion is too old) is always errc::expired, so callers re-list on one code.
+Error error_from_watch_status(const boost::json::object& status);
+
 // Parses a Retry-After header in integer seconds (HTTP-dates are not used by Kubernetes).
 std::optional<std::chrono::seconds> parse_retry_after(std::string_view header) noexcept;
 

@@ -157,8 +157,10 @@ TEST_F(ClientTest, ServerErrorOnCreateIsNotRetriedUnlessIdempotent) {
         return FakeReply{http_response(201, R"({"kind":"Pod","metadata":{"name":"p"}})")};
     });
     ks::KubeClient client(io.get_executor(), ks::KubeConfig::from_url(server.url()), fast_options());
+    json::object pod_p;  // an idempotent create needs a fixed name
+    pod_p["metadata"].emplace_object()["name"] = "p";
     run([&]() -> asio::awaitable<void> {
-        auto plain = co_await client.create(pods, json::object());
+        auto plain = co_await client.create(pods, pod_p);
         EXPECT_FALSE(plain.has_value());
         if (!plain) {
             EXPECT_TRUE(plain.error().is(errc::internal_error));
@@ -166,7 +168,7 @@ TEST_F(ClientTest, ServerErrorOnCreateIsNotRetriedUnlessIdempotent) {
         posts = 0;
         ks::CreateOptions idempotent;
         idempotent.idempotent = true;
-        auto marked = co_await client.create(pods, json::object(), idempotent);
+        auto marked = co_await client.create(pods, pod_p, idempotent);
         EXPECT_TRUE(marked.has_value());
     });
     EXPECT_EQ(posts.load(), 2);
@@ -420,17 +422,25 @@ TEST_F(ClientTest, CallerCancellationEndsRequestPromptly) {
     }, 4s);
 }
 
-TEST_F(ClientTest, PatchSendsContentTypeAndIsRetriedAsIdempotent) {
+// A JSON patch is replay-safe only when a "test" op guards it (the replay then fails cleanly
+// instead of applying twice); unguarded JSON patches are covered in kube_client_retry_test.cpp.
+TEST_F(ClientTest, GuardedJsonPatchSendsContentTypeAndIsRetriedAsIdempotent) {
     std::atomic<int> calls = 0;
     FakeServer server(io, [&](const FakeRequest& r) {
         EXPECT_EQ(r.method, "PATCH");
         EXPECT_EQ(r.headers.at("content-type"), "application/json-patch+json");
-        EXPECT_EQ(r.body, R"([{"op":"add","path":"/metadata/labels/a","value":"b"}])");
+        EXPECT_EQ(r.body, R"([{"op":"test","path":"/metadata/resourceVersion","value":"7"},)"
+                          R"({"op":"add","path":"/metadata/labels/a","value":"b"}])");
         if (++calls == 1) return FakeReply{http_response(503, "overloaded", "text/plain", {{"Retry-After", "0"}})};
         return FakeReply{http_response(200, R"({"kind":"Pod","metadata":{"labels":{"a":"b"}}})")};
     });
     ks::KubeClient client(io.get_executor(), ks::KubeConfig::from_url(server.url()), fast_options());
     json::array ops;
+    json::object guard;
+    guard["op"] = "test";
+    guard["path"] = "/metadata/resourceVersion";
+    guard["value"] = "7";
+    ops.push_back(guard);
     json::object op;
     op["op"] = "add";
     op["path"] = "/metadata/labels/a";

@@ -100,3 +100,28 @@ TEST(Error, DescribeNamesCodeAndStatus) {
     boost::system::error_code ec = errc::timeout;
     EXPECT_EQ(ec.category().name(), std::string("kubesandbox"));
 }
+
+TEST(Status, WatchErrorEventWith410IsExpiredWhateverTheReason) {
+    for (const char* reason : {"Expired", "Gone", ""}) {
+        boost::json::object st = ks::proto::make_status(410, reason, "too old resource version: 1 (5)");
+        auto e = ks::proto::error_from_watch_status(st);
+        EXPECT_TRUE(e.is(errc::expired)) << reason << ": " << e.describe();
+        EXPECT_EQ(e.http_status, 410u);
+        EXPECT_EQ(e.message, "too old resource version: 1 (5)");
+    }
+}
+
+TEST(Status, WatchErrorEventOtherCodesAreTypedFromTheStatus) {
+    auto internal = ks::proto::error_from_watch_status(ks::proto::make_status(500, "InternalError", "etcd is sad"));
+    EXPECT_TRUE(internal.is(errc::internal_error));
+    EXPECT_EQ(internal.reason, "InternalError");
+    EXPECT_EQ(internal.message, "etcd is sad");
+    auto forbidden = ks::proto::error_from_watch_status(ks::proto::make_status(403, "Forbidden", "no"));
+    EXPECT_TRUE(forbidden.is(errc::forbidden));
+    // Not a Status at all: still a typed error, never an empty message.
+    boost::json::object junk;
+    junk["what"] = 1;
+    auto odd = ks::proto::error_from_watch_status(junk);
+    EXPECT_TRUE(odd.is(errc::unknown_status)) << odd.describe();
+    EXPECT_FALSE(odd.message.empty());
+}
