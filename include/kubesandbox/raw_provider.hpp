@@ -33,6 +33,15 @@ inline constexpr const char* ttl_idle_seconds = "kubesandbox.io/ttl-idle-seconds
 inline constexpr const char* last_activity = "kubesandbox.io/last-activity";
 inline constexpr const char* id_original = "kubesandbox.io/thread-id-original";   // when the id was hashed
 inline constexpr const char* labels_original = "kubesandbox.io/labels-original";  // JSON of changed values
+// label, per-sandbox | shared: selectors of one mode never see the other mode's objects
+inline constexpr const char* namespace_mode = "kubesandbox.io/namespace-mode";
+// label, hash of the pod spec and security settings: warm pods are claimed only by equal configs
+inline constexpr const char* config_hash = "kubesandbox.io/config-hash";
+// annotations, random per call: tell our own retried request's effect from someone else's
+inline constexpr const char* creation_token = "kubesandbox.io/creation-token";
+inline constexpr const char* claim_token = "kubesandbox.io/claim-token";
+// annotation, pending | done | failed: the creator's setup_script; others wait for done
+inline constexpr const char* setup = "kubesandbox.io/setup";
 }  // namespace raw_keys
 
 struct RawProviderConfig {
@@ -117,7 +126,9 @@ struct CleanupError {
 };
 
 struct CleanupResult {
-    std::vector<std::string> deleted{};
+    std::vector<std::string> deleted{};  // sandbox ids
+    // Leftovers whose sandbox pod was gone: "networkpolicy <ns>/<name>", "namespace <name>".
+    std::vector<std::string> orphans_deleted{};
     int kept{0};
     std::vector<CleanupError> errors{};
 };
@@ -155,12 +166,20 @@ public:
     boost::asio::awaitable<Result<SandboxPage>> list(ListSandboxesOptions options);
     boost::asio::awaitable<Result<SandboxPage>> list() { return list(ListSandboxesOptions()); }
 
+    // Sandbox ids accepted everywhere: a caller id (mapped with pod_name_for), a sandbox's id()
+    // "<namespace>/<pod>" (pod named by us, namespace this provider's), or a random sandbox's
+    // bare pod name.
+
     // Idempotent: false when nothing was there. Removes pod, NetworkPolicy and namespace.
     boost::asio::awaitable<Result<bool>> delete_sandbox(std::string id);
 
     // Debounced, detached PATCH of last-activity; never waits.
     void record_activity(const std::string& id);
 
+    // Deletes this provider's sandboxes (its namespace mode only) that are expired (TTL, idle
+    // past max_idle or their ttl-idle-seconds), dead (terminal phase, a terminated container,
+    // warm ones too), stuck failing to start, or abandoned mid-setup; then NetworkPolicies and
+    // per-sandbox namespaces whose pod is gone (older than startup_timeout + 60 s).
     boost::asio::awaitable<Result<CleanupResult>> cleanup(std::optional<std::chrono::seconds> max_idle);
     boost::asio::awaitable<Result<CleanupResult>> cleanup() { return cleanup(std::nullopt); }
 
@@ -170,7 +189,8 @@ public:
     boost::asio::awaitable<Result<ProviderStats>> stats();
 
     // The pod (and namespace) name a caller id maps to: "ksb-" + DNS-1123 form, hash suffix
-    // when the id had to change.
+    // when the id had to change (or could be mistaken for a hashed or random name), so distinct
+    // ids never share a pod. A random sandbox's pod name maps to itself.
     static std::string pod_name_for(const std::string& id);
 
     struct State;

@@ -12,11 +12,13 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -124,9 +126,17 @@ protected:
         client_ = std::make_unique<KubeClient>(io_.get_executor(), cluster_->kube_config());
     }
 
-    std::unique_ptr<RawProvider> provider(RawProviderConfig cfg = {}) {
+    std::unique_ptr<RawProvider> provider(RawProviderConfig cfg = {}, KubeClientOptions copts = {}) {
         if (cfg.startup_timeout == 120s) cfg.startup_timeout = 60s;
-        return std::make_unique<RawProvider>(KubeClient(io_.get_executor(), cluster_->kube_config()), std::move(cfg));
+        return std::make_unique<RawProvider>(KubeClient(io_.get_executor(), cluster_->kube_config(), copts),
+                                             std::move(cfg));
+    }
+
+    // Lost responses surface as a request timeout: keep it short.
+    static KubeClientOptions quick_timeouts() {
+        KubeClientOptions o;
+        o.request_timeout = 3s;
+        return o;
     }
 
     template <class F>
@@ -586,3 +596,726 @@ TEST_F(RawProviderTest, ActivityIsRecordedDebouncedAfterExecute) {
 }
 
 }  // namespace
+
+// ---- review fixes: each test fails without its fix ---------------------------------------------
+
+namespace {
+
+ResourcePath core(std::string plural, std::string ns) {
+    ResourcePath p;
+    p.plural = std::move(plural);
+    p.namespace_name = std::move(ns);
+    return p;
+}
+
+json::object object_meta(const std::string& name, json::object labels, json::object annotations) {
+    json::object m;
+    m["name"] = name;
+    if (!labels.empty()) m["labels"] = std::move(labels);
+    if (!annotations.empty()) m["annotations"] = std::move(annotations);
+    return m;
+}
+
+// A plain pod made by hand (not through a provider).
+json::object hand_pod(const std::string& name, json::object labels, json::object annotations,
+                      const std::string& image = "busybox") {
+    json::object c;
+    c["name"] = "sandbox";
+    c["image"] = image;
+    c["command"] = json::array{"sleep", "3600"};
+    json::object spec;
+    spec["containers"] = json::array{std::move(c)};
+    spec["restartPolicy"] = "Never";
+    spec["terminationGracePeriodSeconds"] = 0;
+    json::object pod;
+    pod["apiVersion"] = "v1";
+    pod["kind"] = "Pod";
+    pod["metadata"] = object_meta(name, std::move(labels), std::move(annotations));
+    pod["spec"] = std::move(spec);
+    return pod;
+}
+
+json::object hand_namespace(const std::string& name, json::object labels, json::object annotations) {
+    json::object o;
+    o["apiVersion"] = "v1";
+    o["kind"] = "Namespace";
+    o["metadata"] = object_meta(name, std::move(labels), std::move(annotations));
+    return o;
+}
+
+json::object hand_policy(const std::string& name, json::object labels, json::object annotations) {
+    json::object match;
+    match["kubesandbox.io/sandbox-id"] = "ghost";
+    json::object sel;
+    sel["matchLabels"] = std::move(match);
+    json::object spec;
+    spec["podSelector"] = std::move(sel);
+    spec["policyTypes"] = json::array{"Ingress", "Egress"};
+    json::object o;
+    o["apiVersion"] = "networking.k8s.io/v1";
+    o["kind"] = "NetworkPolicy";
+    o["metadata"] = object_meta(name, std::move(labels), std::move(annotations));
+    o["spec"] = std::move(spec);
+    return o;
+}
+
+const char* long_ago = "2020-01-01T00:00:00.000Z";
+
+}  // namespace
+
+// Review 1: a per-sandbox-namespace provider once read every kubesandbox pod cluster-wide and
+// deleted the namespace of any expired one: a shared namespace with all its content.
+TEST_F(RawProviderTest, PerSandboxCleanupNeverDeletesASharedNamespace) {
+    RawProviderConfig shared_cfg;
+    shared_cfg.namespace_name = "shared-team";
+    auto shared = provider(shared_cfg);
+    RawProviderConfig per_cfg;
+    per_cfg.namespace_per_sandbox = true;
+    auto per = provider(per_cfg);
+    run([&]() -> asio::awaitable<void> {
+        json::object nso = hand_namespace("shared-team", {}, {});
+        const ResourcePath nsp = namespaces();
+        auto made = co_await client_->create(nsp, nso);
+        EXPECT_TRUE(made) << made.error().describe();
+        json::object cm;
+        cm["apiVersion"] = "v1";
+        cm["kind"] = "ConfigMap";
+        cm["metadata"] = object_meta("keep-me", {}, {});
+        const ResourcePath cmp = core("configmaps", "shared-team");
+        auto cmr = co_await client_->create(cmp, cm);
+        EXPECT_TRUE(cmr) << cmr.error().describe();
+
+        GetOrCreateOptions o;
+        o.sandbox_id = "shared-expired";
+        o.ttl_seconds = 1;
+        auto sb = co_await shared->get_or_create(o);
+        EXPECT_TRUE(sb) << sb.error().describe();
+        // And one labelled as a per-sandbox pod but living in the shared namespace.
+        json::object labels;
+        labels["kubesandbox.io/managed-by"] = "kubesandbox";
+        labels["kubesandbox.io/sandbox-id"] = "impostor";
+        labels["kubesandbox.io/pool-status"] = "active";
+        labels["kubesandbox.io/namespace-mode"] = "per-sandbox";
+        json::object ann;
+        ann["kubesandbox.io/created-at"] = long_ago;
+        ann["kubesandbox.io/ttl-seconds"] = "1";
+        json::object impostor = hand_pod("ksb-impostor", std::move(labels), std::move(ann));
+        const ResourcePath pp = pods("shared-team");
+        auto ip = co_await client_->create(pp, impostor);
+        EXPECT_TRUE(ip) << ip.error().describe();
+        co_await sleep_for(1100ms);
+
+        auto r = co_await per->cleanup(std::chrono::seconds(0));
+        EXPECT_TRUE(r) << r.error().describe();
+        if (r) {
+            EXPECT_EQ(r->deleted, std::vector<std::string>{"impostor"});
+            EXPECT_TRUE(r->errors.empty());
+        }
+        const ResourcePath nsn = namespaces().with_name("shared-team");
+        auto still = co_await client_->get(nsn);
+        EXPECT_TRUE(still) << "the shared namespace was deleted";
+        if (still) {
+            EXPECT_EQ(str(*still, {"status", "phase"}), "Active") << "the shared namespace is being deleted";
+        }
+        const ResourcePath cmn = core("configmaps", "shared-team").with_name("keep-me");
+        auto kept = co_await client_->get(cmn);
+        EXPECT_TRUE(kept) << "an unrelated object in the shared namespace was deleted";
+        const ResourcePath sp = pods("shared-team").with_name(RawProvider::pod_name_for("shared-expired"));
+        auto shared_pod = co_await client_->get(sp);
+        EXPECT_TRUE(shared_pod) << "a shared-namespace sandbox was reaped by the per-namespace provider";
+
+        std::string id = "shared-expired";
+        auto d = co_await shared->delete_sandbox(id);
+        EXPECT_TRUE(d && *d);
+        auto dn = co_await client_->remove(nsn);
+        EXPECT_TRUE(dn);
+    });
+}
+
+// Review 2: sb->id() ("<ns>/<pod>") is accepted wherever an id is, and caller ids never share
+// a pod name with each other or with random sandboxes.
+TEST_F(RawProviderTest, SandboxIdFormIsAcceptedEverywhere) {
+    EXPECT_NE(RawProvider::pod_name_for("abc"), RawProvider::pod_name_for("ksb-abc"));
+    EXPECT_NE(RawProvider::pod_name_for("x-0123456789"), RawProvider::pod_name_for("X"));
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p->get_or_create();
+        EXPECT_TRUE(sb) << sb.error().describe();
+        if (!sb) co_return;
+        const std::string id = (*sb)->id();
+        const std::string pod = (*sb)->pod_name();
+        EXPECT_EQ(id, "default/" + pod);
+
+        GetOrCreateOptions again;
+        again.sandbox_id = id;
+        again.create_if_missing = false;
+        auto re = co_await p->get_or_create(again);
+        EXPECT_TRUE(re) << re.error().describe();
+        if (re) {
+            EXPECT_EQ((*re)->pod_name(), pod);
+            EXPECT_EQ((*re)->id(), id);
+        }
+        again.create_if_missing = true;
+        auto re2 = co_await p->get_or_create(again);
+        EXPECT_TRUE(re2) << re2.error().describe();
+        if (re2) {
+            EXPECT_EQ((*re2)->pod_name(), pod) << "reconnecting by id() created a second sandbox";
+        }
+        ListSandboxesOptions lo;
+        auto page = co_await p->list(lo);
+        EXPECT_TRUE(page);
+        std::string listed_id;
+        if (page)
+            for (auto& i : page->items)
+                if (i.pod_name == pod) listed_id = i.id;
+        EXPECT_EQ(listed_id, pod);  // random sandboxes are listed under their pod name...
+        GetOrCreateOptions by_listed;  // ...which is accepted as an id too
+        by_listed.sandbox_id = listed_id;
+        by_listed.create_if_missing = false;
+        auto bl = co_await p->get_or_create(by_listed);
+        EXPECT_TRUE(bl && (*bl)->pod_name() == pod);
+
+        // A reference into another namespace is refused, not mapped to a new sandbox.
+        GetOrCreateOptions elsewhere;
+        elsewhere.sandbox_id = "kube-system/" + pod;
+        auto wrong = co_await p->get_or_create(elsewhere);
+        EXPECT_FALSE(wrong);
+        if (!wrong) {
+            EXPECT_TRUE(wrong.error().is(errc::invalid_argument)) << wrong.error().describe();
+        }
+
+        auto d = co_await p->delete_sandbox(id);
+        EXPECT_TRUE(d) << d.error().describe();
+        if (d) {
+            EXPECT_TRUE(*d) << "delete by id() found nothing";
+        }
+        const ResourcePath pp = pods("default").with_name(pod);
+        auto gone = co_await client_->get(pp);
+        EXPECT_FALSE(gone) << "delete by id() leaked the pod";
+        const ResourcePath npp = netpols("default").with_name(pod + "-deny-all");
+        auto gone_np = co_await client_->get(npp);
+        EXPECT_FALSE(gone_np);
+
+        // Caller ids: "coll" and "ksb-coll" are two sandboxes; id() of either reconnects.
+        GetOrCreateOptions a;
+        a.sandbox_id = "coll";
+        GetOrCreateOptions b;
+        b.sandbox_id = "ksb-coll";
+        auto sa = co_await p->get_or_create(a);
+        auto sbb = co_await p->get_or_create(b);
+        EXPECT_TRUE(sa && sbb);
+        if (sa && sbb) {
+            EXPECT_NE((*sa)->pod_name(), (*sbb)->pod_name());
+            GetOrCreateOptions by_id;
+            by_id.sandbox_id = (*sbb)->id();
+            auto r = co_await p->get_or_create(by_id);
+            EXPECT_TRUE(r);
+            if (r) {
+                EXPECT_EQ((*r)->pod_name(), (*sbb)->pod_name());
+            }
+            ListSandboxesOptions every;
+            auto lst = co_await p->list(every);
+            std::set<std::string> ids;
+            if (lst)
+                for (auto& i : lst->items) ids.insert(i.id);
+            EXPECT_TRUE(ids.count("coll") && ids.count("ksb-coll"));
+            auto d1 = co_await p->delete_sandbox((*sa)->id());
+            EXPECT_TRUE(d1 && *d1);
+            std::string kid = "ksb-coll";
+            auto d2 = co_await p->delete_sandbox(kid);
+            EXPECT_TRUE(d2 && *d2);
+        }
+    });
+}
+
+// Review 3a: a warm claim whose PATCH went through but whose response was lost is retried by
+// the client and answered 409: that is still our claim, not someone else's.
+TEST_F(RawProviderTest, LostClaimResponseIsStillOurClaim) {
+    RawProviderConfig cfg;
+    cfg.warm_pool_size = 1;
+    cfg.env["POOL"] = "lost-claim";  // a config (hash) of its own
+    auto p = provider(cfg, quick_timeouts());
+    run([&]() -> asio::awaitable<void> {
+        auto filled = co_await p->ensure_warm_pool();
+        EXPECT_TRUE(filled && *filled == 1);
+        ListSandboxesOptions wl;
+        wl.status = "warm";
+        auto warm = co_await p->list(wl);
+        EXPECT_TRUE(warm && warm->items.size() == 1u);
+        if (!warm || warm->items.size() != 1u) co_return;
+        const std::string warm_pod = warm->items[0].pod_name;
+
+        FaultRule rule;
+        rule.path_contains = "/pods/" + warm_pod;
+        rule.method = "PATCH";
+        rule.count = 1;
+        rule.action = FaultRule::Action::drop_mid_body;  // applied, response cut
+        cluster_->add_fault(rule);
+        auto sb = co_await p->get_or_create();
+        cluster_->clear_faults();
+        EXPECT_TRUE(sb) << sb.error().describe();
+        if (sb) {
+            EXPECT_EQ((*sb)->pod_name(), warm_pod) << "the claimed warm pod was orphaned, a new one created";
+        }
+        // Let the refill finish, then: exactly one active pod of this config.
+        for (int i = 0; i < 300; ++i) {
+            auto s = co_await p->pool_status();
+            if (s && s->available >= 1) break;
+            co_await sleep_for(200ms);
+        }
+        co_await sleep_for(500ms);
+        ListSandboxesOptions all;
+        all.include_warm = true;
+        auto page = co_await p->list(all);
+        EXPECT_TRUE(page);
+        int active = 0;
+        if (page)
+            for (auto& i : page->items)
+                if (i.status == "running") ++active;
+        EXPECT_EQ(active, 1);
+        if (page)
+            for (auto& i : page->items) {
+                auto d = co_await p->delete_sandbox(i.id);
+                EXPECT_TRUE(d) << d.error().describe();
+            }
+    });
+}
+
+// Review 3b: a deterministic create whose POST went through but whose response was lost gets
+// a 409 on the retry; it is still our pod, so the setup_script must run. And with many racers
+// exactly one runs it.
+TEST_F(RawProviderTest, LostCreateResponseStillRunsSetupExactlyOnce) {
+    RawProviderConfig cfg;
+    cfg.setup_script = "echo once >> /workspace/setup-marker";
+    auto p = provider(cfg, quick_timeouts());
+    run([&]() -> asio::awaitable<void> {
+        FaultRule rule;
+        rule.path_contains = "/namespaces/default/pods?";
+        rule.method = "POST";
+        rule.count = 1;
+        rule.action = FaultRule::Action::drop_mid_body;
+        cluster_->add_fault(rule);
+        GetOrCreateOptions o;
+        o.sandbox_id = "lost-create";
+        auto sb = co_await p->get_or_create(o);
+        cluster_->clear_faults();
+        EXPECT_TRUE(sb) << sb.error().describe();
+        if (sb) {
+            auto out = co_await (*sb)->execute("cat /workspace/setup-marker");
+            EXPECT_TRUE(out);
+            if (out) {
+                EXPECT_EQ(out->output, "once\n") << "setup_script skipped after a lost create response";
+            }
+        }
+        std::string id = "lost-create";
+        auto d = co_await p->delete_sandbox(id);
+        EXPECT_TRUE(d && *d);
+
+        int done = 0;
+        std::vector<std::unique_ptr<KubernetesSandbox>> got;
+        auto one = [&]() -> asio::awaitable<void> {
+            GetOrCreateOptions r;
+            r.sandbox_id = "setup-once";
+            auto s = co_await p->get_or_create(r);
+            if (s) got.push_back(std::move(*s));
+            else ADD_FAILURE() << s.error().describe();
+            ++done;
+        };
+        auto ex = co_await asio::this_coro::executor;
+        for (int i = 0; i < 8; ++i) asio::co_spawn(ex, one(), asio::detached);
+        for (int i = 0; i < 900 && done < 8; ++i) co_await sleep_for(100ms);
+        EXPECT_EQ(done, 8);
+        if (!got.empty()) {
+            auto out = co_await got.front()->execute("cat /workspace/setup-marker");
+            EXPECT_TRUE(out);
+            if (out) {
+                EXPECT_EQ(out->output, "once\n") << "setup_script ran more than once";
+            }
+        }
+        std::string id2 = "setup-once";
+        auto d2 = co_await p->delete_sandbox(id2);
+        EXPECT_TRUE(d2 && *d2);
+    }, 240s);
+}
+
+// Review 4a: dead pods (container exited; warm ones too) are reaped without any TTL.
+TEST_F(RawProviderTest, CleanupReapsDeadPodsAndFailedWarmPods) {
+    RawProviderConfig cfg;
+    cfg.command = {"sh", "-c", "sleep 2; exit 1"};
+    cfg.warm_pool_size = 1;
+    auto p = provider(cfg);
+    run([&]() -> asio::awaitable<void> {
+        GetOrCreateOptions o;
+        o.sandbox_id = "dies";
+        auto sb = co_await p->get_or_create(o);
+        EXPECT_TRUE(sb) << sb.error().describe();
+        auto filled = co_await p->ensure_warm_pool();
+        EXPECT_TRUE(filled && *filled == 1);
+        ListSandboxesOptions all;
+        all.include_warm = true;
+        std::set<std::string> dead;
+        for (int i = 0; i < 100; ++i) {
+            co_await sleep_for(200ms);
+            auto page = co_await p->list(all);
+            dead.clear();
+            if (page)
+                for (auto& item : page->items)
+                    if (item.status == "failed") dead.insert(item.id);
+            if (dead.size() == 2) break;
+        }
+        EXPECT_EQ(dead.size(), 2u);
+        auto r = co_await p->cleanup();
+        EXPECT_TRUE(r) << r.error().describe();
+        if (r) {
+            EXPECT_EQ(std::set<std::string>(r->deleted.begin(), r->deleted.end()), dead);
+            EXPECT_TRUE(r->errors.empty());
+        }
+        auto left = co_await p->list(all);
+        EXPECT_TRUE(left && left->items.empty());
+    });
+}
+
+// Review 4b: policies and per-sandbox namespaces whose pod is gone are swept (young ones are
+// spared: a creation may be in flight).
+TEST_F(RawProviderTest, CleanupSweepsOrphanPoliciesAndNamespaces) {
+    auto shared = provider();
+    RawProviderConfig per_cfg;
+    per_cfg.namespace_per_sandbox = true;
+    auto per = provider(per_cfg);
+    run([&]() -> asio::awaitable<void> {
+        json::object labels;
+        labels["kubesandbox.io/managed-by"] = "kubesandbox";
+        labels["kubesandbox.io/sandbox-id"] = "ghost";
+        labels["kubesandbox.io/namespace-mode"] = "shared";
+        json::object old_ann;
+        old_ann["kubesandbox.io/created-at"] = long_ago;
+        json::object new_ann;
+        new_ann["kubesandbox.io/created-at"] = "2100-01-01T00:00:00.000Z";
+        const ResourcePath npp = netpols("default");
+        json::object ghost_np = hand_policy("ksb-ghost-deny-all", labels, old_ann);
+        auto a = co_await client_->create(npp, ghost_np);
+        EXPECT_TRUE(a) << a.error().describe();
+        json::object young_np = hand_policy("ksb-young-deny-all", labels, new_ann);
+        auto b = co_await client_->create(npp, young_np);
+        EXPECT_TRUE(b) << b.error().describe();
+        json::object nsl;
+        nsl["kubesandbox.io/managed-by"] = "kubesandbox";
+        nsl["kubesandbox.io/sandbox-id"] = "ghostns";
+        nsl["kubesandbox.io/namespace-mode"] = "per-sandbox";
+        const ResourcePath nsp = namespaces();
+        json::object ghost_ns = hand_namespace("ksb-ghostns", nsl, old_ann);
+        auto c = co_await client_->create(nsp, ghost_ns);
+        EXPECT_TRUE(c) << c.error().describe();
+
+        auto r = co_await shared->cleanup();
+        EXPECT_TRUE(r) << r.error().describe();
+        if (r) {
+            EXPECT_EQ(r->orphans_deleted, std::vector<std::string>{"networkpolicy default/ksb-ghost-deny-all"});
+            EXPECT_TRUE(r->errors.empty());
+        }
+        const ResourcePath ghost = netpols("default").with_name("ksb-ghost-deny-all");
+        auto g = co_await client_->get(ghost);
+        EXPECT_FALSE(g) << "orphan NetworkPolicy not swept";
+        const ResourcePath young = netpols("default").with_name("ksb-young-deny-all");
+        auto y = co_await client_->get(young);
+        EXPECT_TRUE(y) << "a young policy (creation in flight) was swept";
+
+        auto r2 = co_await per->cleanup();
+        EXPECT_TRUE(r2) << r2.error().describe();
+        if (r2) {
+            EXPECT_EQ(r2->orphans_deleted, std::vector<std::string>{"namespace ksb-ghostns"});
+        }
+        const ResourcePath gns = namespaces().with_name("ksb-ghostns");
+        bool ns_gone = false;
+        for (int i = 0; i < 50 && !ns_gone; ++i) {
+            auto n = co_await client_->get(gns);
+            ns_gone = !n && n.error().is(errc::not_found);
+            if (!ns_gone) co_await sleep_for(100ms);
+        }
+        EXPECT_TRUE(ns_gone) << "orphan per-sandbox namespace not swept";
+        auto dy = co_await client_->remove(young);
+        EXPECT_TRUE(dy);
+    });
+}
+
+// Review 4c: the NetworkPolicy is its pod's dependent: deleting the pod behind the provider's
+// back removes the policy too (the cluster's garbage collector).
+TEST_F(RawProviderTest, NetworkPolicyIsOwnedByItsPod) {
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        GetOrCreateOptions o;
+        o.sandbox_id = "owned";
+        auto sb = co_await p->get_or_create(o);
+        EXPECT_TRUE(sb) << sb.error().describe();
+        if (!sb) co_return;
+        const ResourcePath pp = pods("default").with_name((*sb)->pod_name());
+        auto pod = co_await client_->get(pp);
+        EXPECT_TRUE(pod);
+        const ResourcePath npp = netpols("default").with_name((*sb)->pod_name() + "-deny-all");
+        auto np = co_await client_->get(npp);
+        EXPECT_TRUE(np);
+        if (pod && np) {
+            auto& refs = (*np)["metadata"].as_object()["ownerReferences"];
+            EXPECT_TRUE(refs.is_array() && refs.as_array().size() == 1u) << json::serialize(*np);
+            if (refs.is_array() && refs.as_array().size() == 1u) {
+                EXPECT_EQ(str(refs.as_array()[0].as_object(), {"uid"}), str(*pod, {"metadata", "uid"}));
+                EXPECT_EQ(str(refs.as_array()[0].as_object(), {"kind"}), "Pod");
+            }
+        }
+        DeleteOptions now;
+        now.grace_period_seconds = 0;
+        auto d = co_await client_->remove(pp, now);
+        EXPECT_TRUE(d);
+        bool gone = false;
+        for (int i = 0; i < 100 && !gone; ++i) {
+            auto n = co_await client_->get(npp);
+            gone = !n && n.error().is(errc::not_found);
+            if (!gone) co_await sleep_for(100ms);
+        }
+        EXPECT_TRUE(gone) << "the policy outlived its pod";
+        std::string id = "owned";
+        auto d2 = co_await p->delete_sandbox(id);
+        EXPECT_TRUE(d2);
+    });
+}
+
+// Review 5: the readiness wait has its own deadline: a server that does not answer the watch
+// (or ignores timeoutSeconds) cannot hold get_or_create past the startup timeout.
+TEST_F(RawProviderTest, ReadinessWaitHonoursTheStartupTimeoutWhenTheServerStalls) {
+    RawProviderConfig cfg;
+    cfg.startup_timeout = 4s;
+    auto p = provider(cfg);
+    FaultRule rule;
+    rule.path_contains = "watch=";
+    rule.method = "GET";
+    rule.count = -1;
+    rule.action = FaultRule::Action::latency;
+    rule.latency = 20s;
+    cluster_->add_fault(rule);
+    run([&]() -> asio::awaitable<void> {
+        GetOrCreateOptions o;
+        o.sandbox_id = "stalled-watch";
+        auto t0 = std::chrono::steady_clock::now();
+        auto sb = co_await p->get_or_create(o);
+        auto took = std::chrono::steady_clock::now() - t0;
+        cluster_->clear_faults();
+        EXPECT_LT(took, 12s) << "the readiness wait ignored its deadline";
+        // Ready by then (found by the last look), or a typed timeout: never a hang.
+        if (!sb) {
+            EXPECT_TRUE(sb.error().is(errc::startup_timeout)) << sb.error().describe();
+        }
+        std::string id = "stalled-watch";
+        auto d = co_await p->delete_sandbox(id);
+        EXPECT_TRUE(d);
+    });
+    cluster_->clear_faults();
+}
+
+// Review 6: warm pods of another config (image here) are neither counted nor claimed.
+TEST_F(RawProviderTest, WarmPodsOfAnotherConfigAreNeverClaimed) {
+    RawProviderConfig cfg_a;
+    cfg_a.warm_pool_size = 1;
+    RawProviderConfig cfg_b = cfg_a;
+    cfg_b.image = "debian:12";
+    auto a = provider(cfg_a);
+    auto b = provider(cfg_b);
+    run([&]() -> asio::awaitable<void> {
+        auto fa = co_await a->ensure_warm_pool();
+        EXPECT_TRUE(fa && *fa == 1);
+        auto fb = co_await b->ensure_warm_pool();
+        EXPECT_TRUE(fb && *fb == 1) << "b counted a's warm pod as its own";
+        auto pa = co_await a->pool_status();
+        EXPECT_TRUE(pa && pa->available == 1);
+        auto image_of = [&](const std::string& pod) -> asio::awaitable<std::string> {
+            const ResourcePath pp = pods("default").with_name(pod);
+            auto got = co_await client_->get(pp);
+            if (!got) co_return std::string();
+            co_return std::string((*got)["spec"].as_object()["containers"].as_array()[0].as_object()["image"].as_string());
+        };
+        auto sb = co_await b->get_or_create();
+        EXPECT_TRUE(sb) << sb.error().describe();
+        if (sb) {
+            auto img = co_await image_of((*sb)->pod_name());
+            EXPECT_EQ(img, "debian:12");
+        }
+        auto sa = co_await a->get_or_create();
+        EXPECT_TRUE(sa) << sa.error().describe();
+        if (sa) {
+            auto img = co_await image_of((*sa)->pod_name());
+            EXPECT_EQ(img, "python:3.12-slim");
+        }
+        std::array<RawProvider*, 2> both{a.get(), b.get()};
+        for (auto* p : both)
+            for (int i = 0; i < 300; ++i) {
+                auto s = co_await p->pool_status();
+                if (s && s->available >= 1) break;
+                co_await sleep_for(200ms);
+            }
+        co_await sleep_for(500ms);
+        ListSandboxesOptions all;
+        all.include_warm = true;
+        auto page = co_await a->list(all);
+        EXPECT_TRUE(page);
+        if (page)
+            for (auto& i : page->items) {
+                auto d = co_await a->delete_sandbox(i.id);
+                EXPECT_TRUE(d) << d.error().describe();
+            }
+    }, 240s);
+}
+
+// Review 7: whoever reconnects to (or adopts) a sandbox gets it only after its creator's
+// setup_script finished; a pod that is not ours is refused, never adopted or deleted.
+TEST_F(RawProviderTest, ReconnectWaitsForTheCreatorsSetupAndRefusesForeignPods) {
+    RawProviderConfig cfg;
+    cfg.setup_script = "sleep 3; echo ready > /workspace/setup-marker";
+    auto a = provider(cfg);
+    auto b = provider(cfg);
+    run([&]() -> asio::awaitable<void> {
+        int done = 0;
+        std::string out_a, out_b;
+        auto use = [&](RawProvider* p, std::string* out) -> asio::awaitable<void> {
+            GetOrCreateOptions o;
+            o.sandbox_id = "setup-wait";
+            auto sb = co_await p->get_or_create(o);
+            if (sb) {
+                auto r = co_await (*sb)->execute("cat /workspace/setup-marker");
+                if (r) *out = r->output;
+            } else {
+                ADD_FAILURE() << sb.error().describe();
+            }
+            ++done;
+        };
+        auto ex = co_await asio::this_coro::executor;
+        asio::co_spawn(ex, use(a.get(), &out_a), asio::detached);
+        co_await sleep_for(1500ms);  // b finds a's pod Ready, setup still running
+        asio::co_spawn(ex, use(b.get(), &out_b), asio::detached);
+        for (int i = 0; i < 600 && done < 2; ++i) co_await sleep_for(100ms);
+        EXPECT_EQ(out_a, "ready\n");
+        EXPECT_EQ(out_b, "ready\n") << "the reconnect returned before the creator's setup finished";
+        std::string id = "setup-wait";
+        auto d = co_await a->delete_sandbox(id);
+        EXPECT_TRUE(d && *d);
+
+        // A foreign pod under the name an id maps to.
+        const std::string foreign = RawProvider::pod_name_for("foreign-one");
+        const ResourcePath pp = pods("default");
+        json::object foreign_pod = hand_pod(foreign, {}, {});
+        auto made = co_await client_->create(pp, foreign_pod);
+        EXPECT_TRUE(made) << made.error().describe();
+        GetOrCreateOptions o;
+        o.sandbox_id = "foreign-one";
+        auto sb = co_await a->get_or_create(o);
+        EXPECT_FALSE(sb) << "a foreign pod was adopted";
+        if (!sb) {
+            EXPECT_TRUE(sb.error().is(errc::already_exists)) << sb.error().describe();
+        }
+        std::string fid = "foreign-one";
+        auto fd = co_await a->delete_sandbox(fid);
+        EXPECT_FALSE(fd) << "delete_sandbox deleted a foreign pod";
+        const ResourcePath fp = pods("default").with_name(foreign);
+        auto still = co_await client_->get(fp);
+        EXPECT_TRUE(still);
+        DeleteOptions now;
+        now.grace_period_seconds = 0;
+        auto rm = co_await client_->remove(fp, now);
+        EXPECT_TRUE(rm);
+    }, 180s);
+}
+
+// Review 8: a dead pod under a deterministic id is replaced instead of blocking the id forever.
+TEST_F(RawProviderTest, DeadPodWithTheIdIsReplaced) {
+    RawProviderConfig dying;
+    dying.command = {"sh", "-c", "sleep 2; exit 1"};
+    auto a = provider(dying);
+    auto b = provider();
+    run([&]() -> asio::awaitable<void> {
+        GetOrCreateOptions o;
+        o.sandbox_id = "phoenix";
+        auto first = co_await a->get_or_create(o);
+        EXPECT_TRUE(first) << first.error().describe();
+        if (!first) co_return;
+        const ResourcePath pp = pods("default").with_name((*first)->pod_name());
+        std::string old_uid;
+        for (int i = 0; i < 100; ++i) {
+            auto pod = co_await client_->get(pp);
+            if (pod && str(*pod, {"status", "phase"}) == "Failed") {
+                old_uid = str(*pod, {"metadata", "uid"});
+                break;
+            }
+            co_await sleep_for(200ms);
+        }
+        EXPECT_FALSE(old_uid.empty()) << "the pod did not die";
+        auto second = co_await b->get_or_create(o);
+        EXPECT_TRUE(second) << second.error().describe();
+        if (second) {
+            auto out = co_await (*second)->execute("echo alive");
+            EXPECT_TRUE(out);
+            if (out) {
+                EXPECT_EQ(out->output, "alive\n");
+            }
+            auto pod = co_await client_->get(pp);
+            EXPECT_TRUE(pod);
+            if (pod) {
+                EXPECT_NE(str(*pod, {"metadata", "uid"}), old_uid);
+            }
+            const ResourcePath npp = netpols("default").with_name((*second)->pod_name() + "-deny-all");
+            auto np = co_await client_->get(npp);
+            EXPECT_TRUE(np) << "the replacement runs without its NetworkPolicy";
+        }
+        std::string id = "phoenix";
+        auto d = co_await b->delete_sandbox(id);
+        EXPECT_TRUE(d && *d);
+    });
+}
+
+// Review 9: list() without a limit is paged too (100 per page), so its cursor works.
+TEST_F(RawProviderTest, ListWithoutLimitIsPaged) {
+    RawProviderConfig cfg;
+    cfg.namespace_name = "paging-test";
+    auto p = provider(cfg);
+    run([&]() -> asio::awaitable<void> {
+        const ResourcePath nsp = namespaces();
+        json::object paging_ns = hand_namespace("paging-test", {}, {});
+        auto made = co_await client_->create(nsp, paging_ns);
+        EXPECT_TRUE(made) << made.error().describe();
+        // 101 labelled pods that never start (no processes): cheap to make.
+        const ResourcePath pp = pods("paging-test");
+        for (int i = 0; i < 101; ++i) {
+            json::object labels;
+            labels["kubesandbox.io/managed-by"] = "kubesandbox";
+            labels["kubesandbox.io/sandbox-id"] = "page-" + std::to_string(i);
+            labels["kubesandbox.io/namespace-mode"] = "shared";
+            json::object pod = hand_pod("ksb-page-" + std::to_string(i), std::move(labels), {},
+                                        "no-such-registry.invalid/nothing:1");
+            auto r = co_await client_->create(pp, pod);
+            EXPECT_TRUE(r) << r.error().describe();
+        }
+        auto first = co_await p->list();
+        EXPECT_TRUE(first) << first.error().describe();
+        std::set<std::string> seen;
+        if (first) {
+            EXPECT_EQ(first->items.size(), 100u);
+            EXPECT_FALSE(first->next_cursor.empty());
+            for (auto& i : first->items) seen.insert(i.id);
+            ListSandboxesOptions lo;
+            lo.cursor = first->next_cursor;
+            auto second = co_await p->list(lo);
+            EXPECT_TRUE(second);
+            if (second) {
+                EXPECT_EQ(second->items.size(), 1u);
+                EXPECT_TRUE(second->next_cursor.empty());
+                for (auto& i : second->items) seen.insert(i.id);
+            }
+        }
+        EXPECT_EQ(seen.size(), 101u);
+        const ResourcePath nsn = namespaces().with_name("paging-test");
+        auto dn = co_await client_->remove(nsn);
+        EXPECT_TRUE(dn);
+        for (int i = 0; i < 100; ++i) {
+            auto n = co_await client_->get(nsn);
+            if (!n && n.error().is(errc::not_found)) break;
+            co_await sleep_for(100ms);
+        }
+    });
+}
