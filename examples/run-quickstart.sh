@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(g++ meson ninja-build pkg-config cmake libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
           libssl-dev libexpected-dev libyaml-cpp-dev zlib1g-dev libgtest-dev libbenchmark-dev
-          bubblewrap busybox-static util-linux)
+          bubblewrap busybox-static util-linux python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
