@@ -229,6 +229,8 @@ asio::awaitable<Result<Credential>> ExecCredentialProvider::run_plugin() {
         posix_spawn_file_actions_addopen(&fa.fa, 0, "/dev/null", O_RDONLY, 0);
         posix_spawn_file_actions_adddup2(&fa.fa, out_w.fd, 1);
         posix_spawn_file_actions_adddup2(&fa.fa, err_w.fd, 2);
+        // The caller's sockets (Asio does not set CLOEXEC) stay out of the plugin.
+        posix_spawn_file_actions_addclosefrom_np(&fa.fa, 3);
         SpawnAttr attr;
         // Own process group so a timeout kills the plugin's children too; default signal
         // dispositions and an empty mask whatever the host process set up.

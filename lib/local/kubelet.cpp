@@ -135,7 +135,14 @@ struct Spawn {
     pid_t run() const {
         posix_spawn_file_actions_t fa;
         posix_spawn_file_actions_init(&fa);
-        for (auto [from, to] : dups) posix_spawn_file_actions_adddup2(&fa, from, to);
+        int highest = 2;
+        for (auto [from, to] : dups) {
+            posix_spawn_file_actions_adddup2(&fa, from, to);
+            highest = std::max(highest, to);
+        }
+        // Asio opens sockets without CLOEXEC: without this a pod would inherit the API server's
+        // listening socket and client connections (and keep closed connections open).
+        posix_spawn_file_actions_addclosefrom_np(&fa, highest + 1);
         posix_spawnattr_t attr;
         posix_spawnattr_init(&attr);
         short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;

@@ -426,6 +426,17 @@ TEST_F(KubeletTest, PodsAreConfined) {
     fs::remove("/tmp/kubelet-isolation-marker");
 }
 
+// Asio's sockets are not close-on-exec: pods and execs must not inherit the host's sockets.
+TEST_F(KubeletTest, PodsInheritNoHostSockets) {
+    tcp::acceptor listener(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    listener.listen();
+    tcp::socket client(io_);
+    client.connect(listener.local_endpoint());
+    auto pod = running_pod("fds");
+    auto r = exec(pod, {"sh", "-c", "for p in /proc/[0-9]*; do ls -l $p/fd/ 2>/dev/null; done | grep -c socket:"});
+    EXPECT_EQ(r.out, "0\n") << r.err;
+}
+
 std::vector<int> processes_mentioning(const std::string& needle) {
     std::vector<int> pids;
     for (auto& e : fs::directory_iterator("/proc")) {
