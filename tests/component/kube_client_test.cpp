@@ -1,6 +1,7 @@
 // KubeClient against a scripted loopback server: pooling, retries, faults, timeouts, watch.
 #include <kubesandbox/kube_client.hpp>
 
+#include "../support/client_helpers.hpp"
 #include "../support/fake_server.hpp"
 #include "../support/run_test.hpp"
 
@@ -29,27 +30,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
-ks::ResourcePath make_pods() {
-    ks::ResourcePath p;
-    p.plural = "pods";
-    p.namespace_name = "default";
-    return p;
-}
-const ks::ResourcePath pods = make_pods();
+const ks::ResourcePath pods = ks::test::default_pods();
 
-std::string status_json(unsigned code, std::string_view reason, std::string_view message) {
-    return R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":")" +
-           std::string(message) + R"(","reason":")" + std::string(reason) + R"(","code":)" + std::to_string(code) + "}";
-}
+using ks::test::status_json;
 
-ks::KubeClientOptions fast_options() {
-    ks::KubeClientOptions o;
-    o.retry_initial_backoff = 5ms;
-    o.retry_max_backoff = 20ms;
-    o.request_timeout = 2s;
-    o.qps = 0;
-    return o;
-}
+using ks::test::fast_options;
 
 struct ClientTest : ::testing::Test {
     asio::io_context io;

@@ -6,6 +6,7 @@
 #include "local/tls_certs.hpp"
 #include "net/any_stream.hpp"
 
+#include "../support/client_helpers.hpp"
 #include "../support/fake_server.hpp"
 #include "../support/run_test.hpp"
 
@@ -42,22 +43,9 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 namespace {
 
-ks::ResourcePath make_pods() {
-    ks::ResourcePath p;
-    p.plural = "pods";
-    p.namespace_name = "default";
-    return p;
-}
-const ks::ResourcePath pods = make_pods();
+const ks::ResourcePath pods = ks::test::default_pods();
 
-ks::KubeClientOptions fast_options() {
-    ks::KubeClientOptions o;
-    o.retry_initial_backoff = 5ms;
-    o.retry_max_backoff = 20ms;
-    o.request_timeout = 2s;
-    o.qps = 0;
-    return o;
-}
+using ks::test::fast_options;
 
 // ---- a tiny HTTP CONNECT proxy -------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 // ListWatch (list, watch, re-list on 410).
 #include <kubesandbox/kube_client.hpp>
 
+#include "../support/client_helpers.hpp"
 #include "../support/fake_server.hpp"
 #include "../support/run_test.hpp"
 
@@ -27,22 +28,9 @@ using std::chrono::steady_clock;
 
 namespace {
 
-ks::ResourcePath make_pods() {
-    ks::ResourcePath p;
-    p.plural = "pods";
-    p.namespace_name = "default";
-    return p;
-}
-const ks::ResourcePath pods = make_pods();
+const ks::ResourcePath pods = ks::test::default_pods();
 
-ks::KubeClientOptions fast_options() {
-    ks::KubeClientOptions o;
-    o.retry_initial_backoff = 5ms;
-    o.retry_max_backoff = 20ms;
-    o.request_timeout = 2s;
-    o.qps = 0;
-    return o;
-}
+using ks::test::fast_options;
 
 std::string pod_json(std::string_view name, std::string_view rv) {
     return R"({"kind":"Pod","metadata":{"name":")" + std::string(name) + R"(","namespace":"default","resourceVersion":")" +
