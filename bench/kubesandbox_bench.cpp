@@ -9,7 +9,7 @@
 // keeps this program from rotting). Results go to stdout as a Markdown table; progress to stderr.
 #include <kubesandbox/kube_client.hpp>
 #include <kubesandbox/kube_config.hpp>
-#include <kubesandbox/kubernetes_sandbox.hpp>
+#include <kubesandbox/pod_exec_sandbox.hpp>
 #include <kubesandbox/local_cluster.hpp>
 #include <kubesandbox/raw_provider.hpp>
 
@@ -477,7 +477,7 @@ asio::awaitable<void> delete_all_sandboxes(RawProvider& p) {
 
 void scenario_cold_warm(asio::io_context& io, LocalCluster& cluster, const Sizes& sz) {
     std::cerr << "[1] provider cold get_or_create vs warm claim, " << sz.create_n << " each\n";
-    RawProviderConfig cold_cfg;
+    RawProviderOptions cold_cfg;
     RawProvider cold(KubeClient(io.get_executor(), cluster.kube_config()), cold_cfg);
     std::vector<double> cold_lat, warm_lat;
     run_on(io, [&]() -> asio::awaitable<void> {
@@ -495,7 +495,7 @@ void scenario_cold_warm(asio::io_context& io, LocalCluster& cluster, const Sizes
         }
     }, 900s, "cold get_or_create");
 
-    RawProviderConfig warm_cfg;
+    RawProviderOptions warm_cfg;
     warm_cfg.warm_pool_size = 2;
     RawProvider warm(KubeClient(io.get_executor(), cluster.kube_config()), warm_cfg);
     auto wait_pool_full = [&]() -> asio::awaitable<bool> {
@@ -560,12 +560,12 @@ std::vector<std::string> kubectl_exec_argv(const std::string& ns, const std::str
 void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz) {
     std::cerr << "[2,3] exec round trip x" << sz.exec_n << ", throughput " << sz.throughput_bytes << " bytes x"
               << sz.throughput_reps << "\n";
-    RawProvider provider(KubeClient(io.get_executor(), cluster.kube_config()), RawProviderConfig());
-    std::unique_ptr<KubernetesSandbox> sb;
+    RawProvider provider(KubeClient(io.get_executor(), cluster.kube_config()), RawProviderOptions());
+    std::unique_ptr<PodExecSandbox> sb;
     run_on(io, [&]() -> asio::awaitable<void> {
         GetOrCreateOptions o;
         o.sandbox_id = "bench-exec";
-        auto r = co_await provider.get_or_create(o);
+        auto r = co_await provider.get_or_create_pod(o);
         if (!r) failures.push_back("exec sandbox: " + r.error().describe());
         else sb = std::move(*r);
     }, 300s, "exec sandbox");
@@ -588,7 +588,7 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
             if (i > 0) ours.push_back(d);
         }
     }, 600s, "execute true");
-    Row our_rt = latency_row("2 exec round trip `true`", "KubernetesSandbox::execute", ours);
+    Row our_rt = latency_row("2 exec round trip `true`", "PodExecSandbox::execute", ours);
     if (env.kubectl) {
         auto argv = kubectl_exec_argv(ns, pod, {"true"});
         for (int i = 0; i <= sz.exec_n; ++i) {
@@ -610,9 +610,9 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
     // Stdout throughput: our output lands in memory, kubectl's in /dev/null.
     const long long bytes = sz.throughput_bytes;
     const std::string cmd = "head -c " + std::to_string(bytes) + " /dev/zero";
-    KubernetesSandboxOptions big;
+    PodExecSandboxOptions big;
     big.max_output_bytes = static_cast<std::size_t>(bytes) + 1024 * 1024;
-    KubernetesSandbox bulk(KubeClient(io.get_executor(), cluster.kube_config()), ns, pod, big);
+    PodExecSandbox bulk(KubeClient(io.get_executor(), cluster.kube_config()), ns, pod, big);
     std::vector<double> our_tp, their_tp, our_cpu, their_cpu;
     run_on(io, [&]() -> asio::awaitable<void> {
         for (int i = 0; i < sz.throughput_reps; ++i) {
@@ -635,7 +635,7 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
         }
     }, 1800s, "execute throughput");
     const std::string tp_name = "3 exec stdout " + std::to_string(bytes / 1'000'000) + " MB";
-    Row our_row = throughput_row(tp_name, "KubernetesSandbox::execute", our_tp, static_cast<double>(bytes));
+    Row our_row = throughput_row(tp_name, "PodExecSandbox::execute", our_tp, static_cast<double>(bytes));
     if (env.kubectl) {
         auto argv = kubectl_exec_argv(ns, pod, {"head", "-c", std::to_string(bytes), "/dev/zero"});
         for (int i = 0; i < sz.throughput_reps; ++i) {
@@ -654,7 +654,7 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
     } else {
         rows.push_back(our_row);
     }
-    Row our_cpu_row = latency_row(tp_name, "client CPU per run: KubernetesSandbox::execute", our_cpu);
+    Row our_cpu_row = latency_row(tp_name, "client CPU per run: PodExecSandbox::execute", our_cpu);
     if (!their_cpu.empty()) {
         Row peer_cpu = latency_row(tp_name, "client CPU per run: kubectl process", their_cpu);
         our_cpu_row.versus = speedup(our_cpu_row, peer_cpu, "kubectl", true);
@@ -802,10 +802,10 @@ int exec_client_main(int argc, char** argv) {
     const std::string ns = argv[3];
     const int calls = std::atoi(argv[4]);
     asio::io_context io(1);
-    std::vector<std::unique_ptr<KubernetesSandbox>> sandboxes;
+    std::vector<std::unique_ptr<PodExecSandbox>> sandboxes;
     for (int i = 5; i < argc; ++i) {
-        sandboxes.push_back(std::make_unique<KubernetesSandbox>(KubeClient(io.get_executor(), *cfg), ns, argv[i],
-                                                                KubernetesSandboxOptions()));
+        sandboxes.push_back(std::make_unique<PodExecSandbox>(KubeClient(io.get_executor(), *cfg), ns, argv[i],
+                                                                PodExecSandboxOptions()));
     }
     const long hwm_before_kb = proc_status_kb("VmHWM");
     std::vector<double> lat(static_cast<std::size_t>(calls), 0.0);
@@ -846,7 +846,7 @@ int exec_client_main(int argc, char** argv) {
 void scenario_concurrent(asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz) {
     std::cerr << "[5] " << sz.concurrent_calls << " concurrent executes over " << sz.concurrent_sandboxes
               << " sandboxes\n";
-    RawProvider provider(KubeClient(io.get_executor(), cluster.kube_config()), RawProviderConfig());
+    RawProvider provider(KubeClient(io.get_executor(), cluster.kube_config()), RawProviderOptions());
     std::vector<std::string> pods;
     std::string ns;
     run_on(io, [&]() -> asio::awaitable<void> {
@@ -854,7 +854,7 @@ void scenario_concurrent(asio::io_context& io, LocalCluster& cluster, const Env&
         auto make = [&](int i) -> asio::awaitable<void> {
             GetOrCreateOptions o;
             o.sandbox_id = "bench-conc-" + std::to_string(i);
-            auto r = co_await provider.get_or_create(o);
+            auto r = co_await provider.get_or_create_pod(o);
             if (!r) failures.push_back("concurrent sandbox: " + r.error().describe());
             else {
                 pods.push_back((*r)->pod_name());

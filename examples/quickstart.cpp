@@ -1,8 +1,7 @@
 // Quickstart: start the embedded local cluster (or use $KUBECONFIG when it is set), create a
 // sandbox, run Python in it, move a file in and out, delete it.
-#include <kubesandbox/kube_config.hpp>
+#include <kubesandbox/kubesandbox.hpp>
 #include <kubesandbox/local_cluster.hpp>
-#include <kubesandbox/raw_provider.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -15,7 +14,7 @@ namespace ks = kubesandbox;
 namespace asio = boost::asio;
 
 // Everything after creation; the caller deletes the sandbox whatever happens here.
-asio::awaitable<int> use_sandbox(ks::KubernetesSandbox& sandbox) {
+asio::awaitable<int> use_sandbox(ks::Sandbox& sandbox) {
     auto run = co_await sandbox.execute("python3 -c 'print(2+2)'");
     if (!run) {
         std::cerr << "execute failed: " << run.error().describe() << "\n";
@@ -35,7 +34,8 @@ asio::awaitable<int> use_sandbox(ks::KubernetesSandbox& sandbox) {
     co_return run->output == "4\n" ? 0 : 1;
 }
 
-asio::awaitable<int> quickstart(ks::RawProvider& provider) {
+// Written against the provider interface: the same code runs over any mode.
+asio::awaitable<int> quickstart(ks::SandboxProvider& provider) {
     auto sandbox = co_await provider.get_or_create();
     if (!sandbox) {
         std::cerr << "create failed: " << sandbox.error().describe() << "\n";
@@ -72,9 +72,9 @@ int main() {
     }
 
     asio::io_context io;
-    ks::RawProviderConfig provider_config;
-    if (!config.namespace_name.empty()) provider_config.namespace_name = config.namespace_name;
-    ks::RawProvider provider(ks::KubeClient(io.get_executor(), config), provider_config);
+    ks::RawProviderOptions provider_options;
+    if (!config.namespace_name.empty()) provider_options.namespace_name = config.namespace_name;
+    ks::RawProvider provider(ks::KubeClient(io.get_executor(), config), provider_options);
     int rc = 1;
     asio::co_spawn(io, quickstart(provider), [&](std::exception_ptr e, int r) {
         if (e) std::rethrow_exception(e);

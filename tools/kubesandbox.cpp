@@ -69,7 +69,7 @@ struct UsageError {
 struct Args {
     std::string kubeconfig, context, namespace_name;
     bool local = false, json = false;
-    RawProviderConfig config;
+    RawProviderOptions config;
     std::string command;
     std::vector<std::string> rest;  // positional arguments of the command
     // command options
@@ -186,8 +186,8 @@ asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
         o.ttl_seconds = a.ttl;
         o.ttl_idle_seconds = a.ttl_idle;
         std::cerr << "kubesandbox: waiting for the sandbox to become ready (up to "
-                  << provider.config().startup_timeout.count() << " s)...\n";
-        auto sb = co_await provider.get_or_create(o);
+                  << provider.options().startup_timeout.count() << " s)...\n";
+        auto sb = co_await provider.get_or_create_pod(o);
         if (!sb) co_return report(sb.error());
         std::string id = a.id.empty() ? (*sb)->pod_name() : a.id;
         if (a.json) {
@@ -245,7 +245,7 @@ asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
         GetOrCreateOptions o;
         o.sandbox_id = a.rest[0];
         o.create_if_missing = false;
-        auto sb = co_await provider.get_or_create(o);
+        auto sb = co_await provider.get_or_create_pod(o);
         if (!sb) co_return report(sb.error());
         std::optional<std::chrono::seconds> timeout;
         if (a.timeout) timeout = std::chrono::seconds(*a.timeout);
@@ -258,7 +258,7 @@ asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
             std::string output = r->stdout_data;
             if (!output.empty() && !r->stderr_data.empty()) output += '\n';
             output += r->stderr_data;
-            if (r->timed_out) output = "Command timed out after " + std::to_string(timeout ? timeout->count() : provider.config().default_exec_timeout.count()) + " seconds";
+            if (r->timed_out) output = "Command timed out after " + std::to_string(timeout ? timeout->count() : provider.options().default_exec_timeout.count()) + " seconds";
             json::object out;
             out["output"] = output;
             out["stdout"] = r->stdout_data;
@@ -272,7 +272,7 @@ asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
             std::fwrite(r->stdout_data.data(), 1, r->stdout_data.size(), stdout);
             std::fflush(stdout);
             std::fwrite(r->stderr_data.data(), 1, r->stderr_data.size(), stderr);
-            if (r->truncated) std::cerr << "kubesandbox: output truncated at " << provider.config().max_output_bytes << " bytes per stream\n";
+            if (r->truncated) std::cerr << "kubesandbox: output truncated at " << provider.options().max_output_bytes << " bytes per stream\n";
             if (r->timed_out) std::cerr << "kubesandbox: command timed out; its processes were killed\n";
         }
         if (!r->exit_code) {
@@ -294,7 +294,7 @@ asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
         GetOrCreateOptions o;
         o.sandbox_id = src ? src->first : dst->first;
         o.create_if_missing = false;
-        auto sb = co_await provider.get_or_create(o);
+        auto sb = co_await provider.get_or_create_pod(o);
         if (!sb) co_return report(sb.error());
         json::object out;
         if (dst) {

@@ -5,10 +5,10 @@
 
 #include <kubesandbox/error.hpp>
 #include <kubesandbox/kube_config.hpp>
+#include <kubesandbox/kube_types.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
@@ -21,86 +21,6 @@
 #include <vector>
 
 namespace kubesandbox {
-
-struct KubeClientOptions {
-    std::size_t max_connections = 32;  // keep-alive connections to the API server
-    double qps = 50;                   // client-side rate limit (token bucket); <= 0 disables
-    int burst = 100;
-    std::chrono::milliseconds connect_timeout{10'000};
-    std::chrono::milliseconds request_timeout{30'000};  // whole exchange, per attempt
-    int max_retries = 5;                                 // idempotent requests only
-    std::chrono::milliseconds retry_initial_backoff{200};
-    std::chrono::milliseconds retry_max_backoff{5'000};
-    std::chrono::seconds token_file_reload_interval{60};
-    std::string user_agent = "kubesandbox/0.1";
-};
-
-// API path of a resource collection or object. Empty group = core ("/api/v1").
-struct ResourcePath {
-    std::string group{};
-    std::string version = "v1";
-    std::string plural{};
-    std::string namespace_name{};  // empty = cluster-scoped or all namespaces
-    std::string name{};
-    std::string subresource{};
-
-    std::string str() const;  // e.g. /apis/networking.k8s.io/v1/namespaces/ns/networkpolicies/np
-    ResourcePath with_name(std::string n) const;
-};
-
-struct ListOptions {
-    std::string label_selector{};
-    std::string field_selector{};
-    std::optional<std::int64_t> limit{};
-    std::string continue_token{};
-    std::string resource_version{};
-    std::optional<int> timeout_seconds{};
-};
-
-struct ListPage {
-    boost::json::array items{};
-    std::string resource_version{};
-    std::string continue_token{};  // empty on the last page
-    std::optional<std::int64_t> remaining_item_count{};
-};
-
-struct WatchOptions {
-    std::string label_selector{};
-    std::string field_selector{};
-    std::string resource_version{};  // empty = synthetic ADDED for current objects first
-    bool allow_bookmarks = true;
-    std::optional<int> timeout_seconds{};
-    // next() fails with errc::timeout when no byte (not even a bookmark) arrives for this long,
-    // so a silent server or a dead network path cannot hang a watcher forever.
-    std::chrono::milliseconds idle_timeout{std::chrono::minutes(5)};
-};
-
-struct WatchEvent {
-    enum class Type { added, modified, deleted, bookmark, error };
-    Type type{};
-    boost::json::object object{};  // for error: the Status
-};
-
-struct CreateOptions {
-    // Retry the create on connection failures and 5xx: only safe with a fixed name, where a
-    // 409 AlreadyExists after a lost response means our own earlier attempt succeeded.
-    bool idempotent = false;
-    std::string field_manager{};
-};
-
-struct DeleteOptions {
-    std::optional<std::int64_t> grace_period_seconds{};
-    std::string propagation_policy{};  // Orphan | Background | Foreground
-    std::string precondition_uid{};
-    std::string precondition_resource_version{};
-};
-
-enum class PatchType { merge, json, strategic };
-
-struct DeleteResult {
-    bool found = true;         // false: the object did not exist (404), delete is idempotent
-    boost::json::value body{};   // the Status or the object being deleted
-};
 
 class KubeClient;
 
@@ -125,13 +45,6 @@ private:
     std::unique_ptr<Impl> impl_{};
 };
 
-// A raw response, for paths the typed operations do not cover (discovery, logs).
-struct HttpResponse {
-    unsigned status = 0;
-    std::string content_type{};
-    std::string body{};
-};
-
 class KubeClient {
 public:
     // Safe to use from many coroutines at once, also on a multi-threaded io_context.
@@ -147,33 +60,34 @@ public:
     const KubeClientOptions& options() const;
     boost::asio::any_io_executor get_executor() const;
 
-    // Operations with options come in two overloads instead of default arguments: g++ 12
-    // destroys class-type default arguments of coroutines twice.
-    boost::asio::awaitable<Result<boost::json::object>> get(const ResourcePath& path);
-    boost::asio::awaitable<Result<boost::json::object>> create(const ResourcePath& collection,
+    // Parameters are taken by value so temporaries are safe inside co_await. Operations with
+    // options come in two overloads instead of default arguments: g++ 12 destroys class-type
+    // default arguments of coroutines twice.
+    boost::asio::awaitable<Result<boost::json::object>> get(ResourcePath path);
+    boost::asio::awaitable<Result<boost::json::object>> create(ResourcePath collection,
                                                                boost::json::object body, CreateOptions options);
-    boost::asio::awaitable<Result<boost::json::object>> create(const ResourcePath& collection,
+    boost::asio::awaitable<Result<boost::json::object>> create(ResourcePath collection,
                                                                boost::json::object body) {
-        return create(collection, std::move(body), CreateOptions());
+        return create(std::move(collection), std::move(body), CreateOptions());
     }
-    boost::asio::awaitable<Result<boost::json::object>> replace(const ResourcePath& path,
+    boost::asio::awaitable<Result<boost::json::object>> replace(ResourcePath path,
                                                                 boost::json::object body);
-    boost::asio::awaitable<Result<boost::json::object>> patch(const ResourcePath& path,
+    boost::asio::awaitable<Result<boost::json::object>> patch(ResourcePath path,
                                                               boost::json::value body, PatchType type);
-    boost::asio::awaitable<Result<boost::json::object>> patch(const ResourcePath& path, boost::json::value body) {
-        return patch(path, std::move(body), PatchType::merge);
+    boost::asio::awaitable<Result<boost::json::object>> patch(ResourcePath path, boost::json::value body) {
+        return patch(std::move(path), std::move(body), PatchType::merge);
     }
-    boost::asio::awaitable<Result<DeleteResult>> remove(const ResourcePath& path, DeleteOptions options);
-    boost::asio::awaitable<Result<DeleteResult>> remove(const ResourcePath& path) {
-        return remove(path, DeleteOptions());
+    boost::asio::awaitable<Result<DeleteResult>> remove(ResourcePath path, DeleteOptions options);
+    boost::asio::awaitable<Result<DeleteResult>> remove(ResourcePath path) {
+        return remove(std::move(path), DeleteOptions());
     }
-    boost::asio::awaitable<Result<ListPage>> list(const ResourcePath& collection, ListOptions options);
-    boost::asio::awaitable<Result<ListPage>> list(const ResourcePath& collection) {
-        return list(collection, ListOptions());
+    boost::asio::awaitable<Result<ListPage>> list(ResourcePath collection, ListOptions options);
+    boost::asio::awaitable<Result<ListPage>> list(ResourcePath collection) {
+        return list(std::move(collection), ListOptions());
     }
-    boost::asio::awaitable<Result<WatchStream>> watch(const ResourcePath& collection, WatchOptions options);
-    boost::asio::awaitable<Result<WatchStream>> watch(const ResourcePath& collection) {
-        return watch(collection, WatchOptions());
+    boost::asio::awaitable<Result<WatchStream>> watch(ResourcePath collection, WatchOptions options);
+    boost::asio::awaitable<Result<WatchStream>> watch(ResourcePath collection) {
+        return watch(std::move(collection), WatchOptions());
     }
 
     // Any request; `target` is path plus query. Non-2xx is returned as a response, not an error.
@@ -184,10 +98,9 @@ public:
     }
 
     struct Impl;
-    // For kubesandbox's own components (exec sessions, tunnels); opaque to users.
-    const std::shared_ptr<Impl>& impl() const noexcept { return impl_; }
 
 private:
+    friend struct KubeClientAccess;  // kubesandbox's own components (exec sessions, tunnels)
     std::shared_ptr<Impl> impl_{};
 };
 

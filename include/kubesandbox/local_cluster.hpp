@@ -4,6 +4,7 @@
 
 #include <kubesandbox/error.hpp>
 #include <kubesandbox/kube_config.hpp>
+#include <kubesandbox/logger.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -34,6 +35,7 @@ struct LocalClusterOptions {
     // Image name (exact, or a prefix ending in '*', e.g. "python:*") -> root filesystem:
     // "host" = the host's userland read-only, "busybox" = a minimal busybox root, or a directory.
     std::map<std::string, std::string> images{};
+    Logger logger{};  // the kubelet's diagnostics (pods that fail to start or stop)
 };
 
 // Faults injected into API responses, for tests. Thread-safe.

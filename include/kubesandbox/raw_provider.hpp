@@ -1,10 +1,11 @@
-// Raw mode's provider: sandboxes as plain, hardened Pods on any cluster, no controller or CRD.
-// Stateless: every fact (owner, TTLs, activity, warm-pool membership) lives in labels and
-// annotations in the cluster, so many processes can share one namespace safely.
+// Raw mode's provider: sandboxes as plain, hardened Pods on any cluster, no controller or CRD,
+// reached over the pods/exec WebSocket (PodExecSandbox).
 #pragma once
 
 #include <kubesandbox/kube_client.hpp>
-#include <kubesandbox/kubernetes_sandbox.hpp>
+#include <kubesandbox/logger.hpp>
+#include <kubesandbox/pod_exec_sandbox.hpp>
+#include <kubesandbox/sandbox_provider.hpp>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/json/array.hpp>
@@ -20,31 +21,7 @@
 
 namespace kubesandbox {
 
-// Label and annotation keys, all under one project prefix.
-namespace raw_keys {
-inline constexpr const char* prefix = "kubesandbox.io/";
-inline constexpr const char* managed_by = "kubesandbox.io/managed-by";  // label, value "kubesandbox"
-inline constexpr const char* managed_by_value = "kubesandbox";
-inline constexpr const char* sandbox_id = "kubesandbox.io/sandbox-id";      // label, sanitised id
-inline constexpr const char* pool_status = "kubesandbox.io/pool-status";    // label, warm | active
-inline constexpr const char* created_at = "kubesandbox.io/created-at";      // annotation, always
-inline constexpr const char* ttl_seconds = "kubesandbox.io/ttl-seconds";
-inline constexpr const char* ttl_idle_seconds = "kubesandbox.io/ttl-idle-seconds";
-inline constexpr const char* last_activity = "kubesandbox.io/last-activity";
-inline constexpr const char* id_original = "kubesandbox.io/thread-id-original";   // when the id was hashed
-inline constexpr const char* labels_original = "kubesandbox.io/labels-original";  // JSON of changed values
-// label, per-sandbox | shared: selectors of one mode never see the other mode's objects
-inline constexpr const char* namespace_mode = "kubesandbox.io/namespace-mode";
-// label, hash of the pod spec and security settings: warm pods are claimed only by equal configs
-inline constexpr const char* config_hash = "kubesandbox.io/config-hash";
-// annotations, random per call: tell our own retried request's effect from someone else's
-inline constexpr const char* creation_token = "kubesandbox.io/creation-token";
-inline constexpr const char* claim_token = "kubesandbox.io/claim-token";
-// annotation, pending | done | failed: the creator's setup_script; others wait for done
-inline constexpr const char* setup = "kubesandbox.io/setup";
-}  // namespace raw_keys
-
-struct RawProviderConfig {
+struct RawProviderOptions {
     std::string namespace_name{"default"};
     std::string image{"python:3.12-slim"};
     std::string image_pull_policy{"IfNotPresent"};
@@ -85,108 +62,50 @@ struct RawProviderConfig {
     std::optional<std::int64_t> default_ttl_idle_seconds{};
     std::map<std::string, std::string> default_labels{};  // user labels added to every sandbox
     std::chrono::seconds delete_grace_period{0};
+    Logger logger{};  // failures of background work (warm-pool refill, activity, cleanup)
 };
 
-struct GetOrCreateOptions {
-    // Caller id (thread/session id): a deterministic pod name; empty = a new random sandbox
-    // (served from the warm pool when there is one).
-    std::optional<std::string> sandbox_id{};
-    std::map<std::string, std::string> labels{};  // stored as kubesandbox.io/<key>, values sanitised
-    std::optional<std::int64_t> ttl_seconds{};
-    std::optional<std::int64_t> ttl_idle_seconds{};
-    bool create_if_missing{true};
-};
-
-struct SandboxInfo {
-    std::string id{};  // the caller id (original), or the pod name for random sandboxes
-    std::string namespace_name{};
-    std::string pod_name{};
-    std::string status{};  // pending | running | warm | terminated | failed
-    std::map<std::string, std::string> labels{};  // user labels, prefix stripped
-    std::string created_at{};
-    std::string last_activity{};
-};
-
-struct ListSandboxesOptions {
-    std::map<std::string, std::string> labels{};  // user labels (unprefixed)
-    std::optional<std::string> status{};
-    std::optional<std::int64_t> limit{};
-    std::string cursor{};
-    bool include_warm{false};
-};
-
-struct SandboxPage {
-    std::vector<SandboxInfo> items{};
-    std::string next_cursor{};  // empty on the last page
-};
-
-struct CleanupError {
-    std::string id{};
-    Error error{};
-};
-
-struct CleanupResult {
-    std::vector<std::string> deleted{};  // sandbox ids
-    // Leftovers whose sandbox pod was gone: "networkpolicy <ns>/<name>", "namespace <name>".
-    std::vector<std::string> orphans_deleted{};
-    int kept{0};
-    std::vector<CleanupError> errors{};
-};
-
-struct PoolStatus {
-    int available{0};  // warm and Ready
-    int active{0};     // claimed or created sandboxes
-    int total{0};
-    int target{0};
-};
-
-struct ProviderStats {
-    int total{0};
-    int running{0};
-    int pending{0};
-    int warm{0};
-    int failed{0};
-    int idle{0};  // running with no activity for the idle threshold (default 300 s)
-};
-
-class RawProvider {
+class RawProvider final : public SandboxProvider {
 public:
-    RawProvider(KubeClient client, RawProviderConfig config);
-    ~RawProvider();
+    RawProvider(KubeClient client, RawProviderOptions options);
+    ~RawProvider() override;
     RawProvider(const RawProvider&) = delete;
     RawProvider& operator=(const RawProvider&) = delete;
 
-    const RawProviderConfig& config() const;
+    const RawProviderOptions& options() const;
 
-    boost::asio::awaitable<Result<std::unique_ptr<KubernetesSandbox>>> get_or_create(GetOrCreateOptions options);
-    boost::asio::awaitable<Result<std::unique_ptr<KubernetesSandbox>>> get_or_create() {
-        return get_or_create(GetOrCreateOptions());
+    using SandboxProvider::cleanup;
+    using SandboxProvider::get_or_create;
+    using SandboxProvider::list;
+
+    boost::asio::awaitable<Result<std::unique_ptr<Sandbox>>> get_or_create(GetOrCreateOptions options) override;
+    // The same, typed: raw mode's sandboxes also run argv directly (PodExecSandbox::run).
+    boost::asio::awaitable<Result<std::unique_ptr<PodExecSandbox>>> get_or_create_pod(GetOrCreateOptions options);
+    boost::asio::awaitable<Result<std::unique_ptr<PodExecSandbox>>> get_or_create_pod() {
+        return get_or_create_pod(GetOrCreateOptions());
     }
 
-    boost::asio::awaitable<Result<SandboxPage>> list(ListSandboxesOptions options);
-    boost::asio::awaitable<Result<SandboxPage>> list() { return list(ListSandboxesOptions()); }
+    boost::asio::awaitable<Result<SandboxPage>> list(ListSandboxesOptions options) override;
 
-    // Sandbox ids accepted everywhere: a caller id (mapped with pod_name_for), a sandbox's id()
-    // "<namespace>/<pod>" (pod named by us, namespace this provider's), or a random sandbox's
-    // bare pod name.
+    // Sandbox ids: a caller id (mapped with pod_name_for), a sandbox's id() "<namespace>/<pod>"
+    // (pod named by us, namespace this provider's), or a random sandbox's bare pod name.
 
     // Idempotent: false when nothing was there. Removes pod, NetworkPolicy and namespace.
-    boost::asio::awaitable<Result<bool>> delete_sandbox(std::string id);
+    boost::asio::awaitable<Result<bool>> delete_sandbox(std::string id) override;
 
     // Debounced, detached PATCH of last-activity; never waits.
-    void record_activity(const std::string& id);
+    void record_activity(const std::string& id) override;
 
     // Deletes this provider's sandboxes (its namespace mode only) that are expired (TTL, idle
     // past max_idle or their ttl-idle-seconds), dead (terminal phase, a terminated container,
     // warm ones too), stuck failing to start, or abandoned mid-setup; then NetworkPolicies and
     // per-sandbox namespaces whose pod is gone (older than startup_timeout + 60 s).
-    boost::asio::awaitable<Result<CleanupResult>> cleanup(std::optional<std::chrono::seconds> max_idle);
-    boost::asio::awaitable<Result<CleanupResult>> cleanup() { return cleanup(std::nullopt); }
+    boost::asio::awaitable<Result<CleanupResult>> cleanup(std::optional<std::chrono::seconds> max_idle) override;
 
     // Creates warm pods until warm_pool_size are present; returns how many it created.
     boost::asio::awaitable<Result<int>> ensure_warm_pool();
-    boost::asio::awaitable<Result<PoolStatus>> pool_status();
-    boost::asio::awaitable<Result<ProviderStats>> stats();
+    boost::asio::awaitable<Result<PoolStatus>> pool_status() override;
+    boost::asio::awaitable<Result<ProviderStats>> stats() override;
 
     // The pod (and namespace) name a caller id maps to: "ksb-" + DNS-1123 form, hash suffix
     // when the id had to change (or could be mistaken for a hashed or random name), so distinct

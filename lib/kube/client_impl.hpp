@@ -107,4 +107,9 @@ private:
     void give_back(kube::PooledConnection connection);
 };
 
+// The client's shared internals, for kubesandbox's own components only.
+struct KubeClientAccess {
+    static const std::shared_ptr<KubeClient::Impl>& impl(const KubeClient& client) noexcept { return client.impl_; }
+};
+
 }  // namespace kubesandbox

@@ -527,7 +527,7 @@ const KubeConfig& KubeClient::config() const { return impl_->config; }
 const KubeClientOptions& KubeClient::options() const { return impl_->options; }
 asio::any_io_executor KubeClient::get_executor() const { return impl_->executor; }
 
-asio::awaitable<Result<json::object>> KubeClient::get(const ResourcePath& path) {
+asio::awaitable<Result<json::object>> KubeClient::get(ResourcePath path) {
     kube::RawRequest raw_request{"GET", path.str(), {}, {}, true};
     auto r = co_await impl_->execute(std::move(raw_request));
     if (!r) co_return fail(r.error());
@@ -535,7 +535,7 @@ asio::awaitable<Result<json::object>> KubeClient::get(const ResourcePath& path) 
     co_return proto::decode_object(r->body);
 }
 
-asio::awaitable<Result<json::object>> KubeClient::create(const ResourcePath& collection, json::object body,
+asio::awaitable<Result<json::object>> KubeClient::create(ResourcePath collection, json::object body,
                                                          CreateOptions options) {
     const std::string name = metadata_name(body);
     if (options.idempotent && name.empty())
@@ -563,7 +563,7 @@ asio::awaitable<Result<json::object>> KubeClient::create(const ResourcePath& col
     co_return proto::decode_object(r->body);
 }
 
-asio::awaitable<Result<json::object>> KubeClient::replace(const ResourcePath& path, json::object body) {
+asio::awaitable<Result<json::object>> KubeClient::replace(ResourcePath path, json::object body) {
     kube::RawRequest raw_request{"PUT", path.str(), json::serialize(body), "application/json", true};
     auto r = co_await impl_->execute(std::move(raw_request));
     if (!r) co_return fail(r.error());
@@ -571,7 +571,7 @@ asio::awaitable<Result<json::object>> KubeClient::replace(const ResourcePath& pa
     co_return proto::decode_object(r->body);
 }
 
-asio::awaitable<Result<json::object>> KubeClient::patch(const ResourcePath& path, json::value body, PatchType type) {
+asio::awaitable<Result<json::object>> KubeClient::patch(ResourcePath path, json::value body, PatchType type) {
     kube::RawRequest raw_request{"PATCH", path.str(), json::serialize(body),
                                  std::string(proto::patch_content_type(type)), patch_is_idempotent(body, type)};
     auto r = co_await impl_->execute(std::move(raw_request));
@@ -580,7 +580,7 @@ asio::awaitable<Result<json::object>> KubeClient::patch(const ResourcePath& path
     co_return proto::decode_object(r->body);
 }
 
-asio::awaitable<Result<DeleteResult>> KubeClient::remove(const ResourcePath& path, DeleteOptions options) {
+asio::awaitable<Result<DeleteResult>> KubeClient::remove(ResourcePath path, DeleteOptions options) {
     kube::RawRequest raw_request{"DELETE", path.str(), proto::delete_body(options), "application/json", true};
     auto r = co_await impl_->execute(std::move(raw_request));
     if (!r) co_return fail(r.error());
@@ -599,7 +599,7 @@ asio::awaitable<Result<DeleteResult>> KubeClient::remove(const ResourcePath& pat
     co_return out;
 }
 
-asio::awaitable<Result<ListPage>> KubeClient::list(const ResourcePath& collection, ListOptions options) {
+asio::awaitable<Result<ListPage>> KubeClient::list(ResourcePath collection, ListOptions options) {
     kube::RawRequest raw_request{"GET", proto::list_target(collection, options), {}, {}, true};
     auto r = co_await impl_->execute(std::move(raw_request));
     if (!r) co_return fail(r.error());
@@ -694,7 +694,7 @@ asio::awaitable<Result<std::optional<WatchEvent>>> WatchStream::next() {
     }
 }
 
-asio::awaitable<Result<WatchStream>> KubeClient::watch(const ResourcePath& collection, WatchOptions options) {
+asio::awaitable<Result<WatchStream>> KubeClient::watch(ResourcePath collection, WatchOptions options) {
     auto& c = *impl_;
     if (c.config_error) co_return fail(*c.config_error);
     bool auth_refreshed = false;

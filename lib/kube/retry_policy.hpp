@@ -2,7 +2,7 @@
 #pragma once
 
 #include <kubesandbox/error.hpp>
-#include <kubesandbox/kube_client.hpp>
+#include <kubesandbox/kube_types.hpp>
 
 #include <chrono>
 #include <optional>

@@ -1,4 +1,6 @@
 #include "local/api_server.hpp"
+#include "util/json_access.hpp"
+#include "util/time_format.hpp"
 
 #include "local/known_fields.hpp"
 #include "local/kubelet.hpp"
@@ -139,35 +141,9 @@ proto::NameRule name_rule(const ResourceType& t) {
     }
 }
 
-std::string str_at(const json::object& o, std::string_view key) {
-    auto v = o.if_contains(key);
-    if (v && v->is_string()) return std::string(v->as_string());
-    return {};
-}
-
-json::object* obj_at(json::object& o, std::string_view key) {
-    auto v = o.if_contains(key);
-    return v && v->is_object() ? &v->as_object() : nullptr;
-}
-const json::object* obj_at(const json::object& o, std::string_view key) {
-    auto v = o.if_contains(key);
-    return v && v->is_object() ? &v->as_object() : nullptr;
-}
-
-const json::object& meta_of(const json::object& o) {
-    static const json::object empty;
-    auto m = obj_at(o, "metadata");
-    return m ? *m : empty;
-}
-
-std::string rfc3339_at(std::chrono::system_clock::time_point tp) {
-    std::time_t t = std::chrono::system_clock::to_time_t(tp);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
+using util::metadata_of;
+using util::object_at;
+using util::string_at;
 
 std::string status_reason(unsigned code) {
     auto r = proto::reason_for_http_status(code);
@@ -277,7 +253,7 @@ std::vector<std::string_view> selectable_fields(const ResourceType& t) {
 }
 
 bool has_finalizer(const json::object& o, std::string_view f) {
-    auto m = obj_at(o, "metadata");
+    auto m = object_at(o, "metadata");
     if (!m) return false;
     auto fin = m->if_contains("finalizers");
     if (!fin || !fin->is_array()) return false;
@@ -287,14 +263,14 @@ bool has_finalizer(const json::object& o, std::string_view f) {
 }
 
 bool has_finalizers(const json::object& o) {
-    auto m = obj_at(o, "metadata");
+    auto m = object_at(o, "metadata");
     if (!m) return false;
     auto fin = m->if_contains("finalizers");
     return fin && fin->is_array() && !fin->as_array().empty();
 }
 
 void remove_finalizer(json::object& o, std::string_view f) {
-    auto m = obj_at(o, "metadata");
+    auto m = object_at(o, "metadata");
     if (!m) return;
     auto fin = m->if_contains("finalizers");
     if (!fin || !fin->is_array()) return;
@@ -305,7 +281,7 @@ void remove_finalizer(json::object& o, std::string_view f) {
 }
 
 std::string human_age(const json::object& o) {
-    std::string ts = str_at(meta_of(o), "creationTimestamp");
+    std::string ts = string_at(metadata_of(o), "creationTimestamp");
     std::tm tm{};
     if (ts.empty() || !strptime(ts.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm)) return "<unknown>";
     long long secs = static_cast<long long>(std::time(nullptr) - timegm(&tm));
@@ -337,7 +313,7 @@ std::string condition_field(const json::object& o, std::string_view type, std::s
     auto conds = path_at(o, {"status", "conditions"});
     if (!conds || !conds->is_array()) return "";
     for (auto& c : conds->as_array())
-        if (c.is_object() && str_at(c.as_object(), "type") == type) return str_at(c.as_object(), field);
+        if (c.is_object() && string_at(c.as_object(), "type") == type) return string_at(c.as_object(), field);
     return "";
 }
 
@@ -379,7 +355,7 @@ json::object to_table(const ResourceType& t, const std::vector<json::object>& ob
     }
     json::array rows;
     for (const auto& o : objects) {
-        json::array cells{str_at(meta_of(o), "name")};
+        json::array cells{string_at(metadata_of(o), "name")};
         if (id == "pods") {
             std::size_t total = 0, ready = 0;
             std::int64_t restarts = 0;
@@ -400,7 +376,7 @@ json::object to_table(const ResourceType& t, const std::vector<json::object>& ob
             if (auto p = path_at(o, {"status", "phase"}); p && p->is_string()) phase = p->as_string();
             if (auto r = path_at(o, {"status", "reason"}); r && r->is_string()) reason = r->as_string();
             std::string status = reason.empty() ? phase : reason;
-            if (meta_of(o).contains("deletionTimestamp")) status = "Terminating";
+            if (metadata_of(o).contains("deletionTimestamp")) status = "Terminating";
             cells.emplace_back(std::to_string(ready) + "/" + std::to_string(total));
             cells.emplace_back(status);
             cells.emplace_back(std::to_string(restarts));
@@ -423,7 +399,7 @@ json::object to_table(const ResourceType& t, const std::vector<json::object>& ob
                     if (!ports.empty()) ports += ",";
                     auto port = p.as_object().if_contains("port");
                     ports += (port && port->is_int64() ? std::to_string(port->as_int64()) : std::string("?")) + "/" +
-                             (str_at(p.as_object(), "protocol").empty() ? std::string("TCP") : str_at(p.as_object(), "protocol"));
+                             (string_at(p.as_object(), "protocol").empty() ? std::string("TCP") : string_at(p.as_object(), "protocol"));
                 }
             cells.emplace_back(type && type->is_string() ? type->as_string() : json::string("ClusterIP"));
             cells.emplace_back(ip && ip->is_string() ? ip->as_string() : json::string("<none>"));
@@ -431,10 +407,10 @@ json::object to_table(const ResourceType& t, const std::vector<json::object>& ob
             cells.emplace_back(ports.empty() ? "<none>" : ports);
             cells.emplace_back(human_age(o));
         } else if (id == "configmaps" || id == "secrets") {
-            if (id == "secrets") cells.emplace_back(str_at(o, "type"));
+            if (id == "secrets") cells.emplace_back(string_at(o, "type"));
             std::size_t n = 0;
             for (auto k : {"data", "binaryData", "stringData"})
-                if (auto d = obj_at(o, k)) n += d->size();
+                if (auto d = object_at(o, k)) n += d->size();
             cells.emplace_back(static_cast<std::int64_t>(n));
             cells.emplace_back(human_age(o));
         } else if (id == "sandboxclaims.extensions.agents.x-k8s.io") {
@@ -461,7 +437,7 @@ json::object to_table(const ResourceType& t, const std::vector<json::object>& ob
         else
             row["object"] = json::object{{"kind", "PartialObjectMetadata"},
                                          {"apiVersion", "meta.k8s.io/v1"},
-                                         {"metadata", meta_of(o)}};
+                                         {"metadata", metadata_of(o)}};
         rows.push_back(row);
     }
     return json::object{{"kind", "Table"},
@@ -557,7 +533,7 @@ struct ApiServer::Impl {
     void stamp_new(json::object& o) {
         auto& m = o["metadata"].as_object();
         m["uid"] = new_uid();
-        m["creationTimestamp"] = rfc3339_now();
+        m["creationTimestamp"] = util::now_rfc3339();
     }
 
     const ResourceType& ns_type() const { return *find_resource_by_id("namespaces"); }
@@ -573,8 +549,8 @@ struct ApiServer::Impl {
     // ------------------------------------------------------------------ watch fan-out
 
     bool in_scope(const Watcher& w, const json::object& o) const {
-        if (!w.ns.empty() && str_at(meta_of(o), "namespace") != w.ns) return false;
-        auto labels = obj_at(meta_of(o), "labels");
+        if (!w.ns.empty() && string_at(metadata_of(o), "namespace") != w.ns) return false;
+        auto labels = object_at(metadata_of(o), "labels");
         return w.labels.matches(labels) && w.fields.matches(o);
     }
 
@@ -582,7 +558,7 @@ struct ApiServer::Impl {
         json::object ev{{"type", type}, {"object", present(*w.type, w.version, o)}};
         if (w.table) {
             auto table = to_table(*w.type, {ev["object"].as_object()}, w.include_object,
-                                  json::object{{"resourceVersion", str_at(meta_of(o), "resourceVersion")}});
+                                  json::object{{"resourceVersion", string_at(metadata_of(o), "resourceVersion")}});
             if (w.columns_sent) table["columnDefinitions"] = json::array{};
             w.columns_sent = true;
             ev["object"] = std::move(table);
@@ -625,7 +601,7 @@ struct ApiServer::Impl {
             return status_response(404, "NotFound", "namespaces \"" + ns + "\" not found",
                                    res_details(ns_type(), ns));
         }
-        if (meta_of(*nso).contains("deletionTimestamp")) {
+        if (metadata_of(*nso).contains("deletionTimestamp")) {
             proto::StatusDetails d = res_details(t, name);
             d.causes.push_back({"NamespaceTerminating", "namespace " + ns + " is being terminated", "metadata.namespace"});
             return status_response(403, "Forbidden",
@@ -639,7 +615,7 @@ struct ApiServer::Impl {
 
     std::vector<StatusCause> validate_pod_spec(const json::object& o) {
         std::vector<StatusCause> causes;
-        auto spec = obj_at(o, "spec");
+        auto spec = object_at(o, "spec");
         const json::value* containers = spec ? spec->if_contains("containers") : nullptr;
         if (!containers || !containers->is_array() || containers->as_array().empty()) {
             causes.push_back({"FieldValueRequired", "Required value", "spec.containers"});
@@ -653,7 +629,7 @@ struct ApiServer::Impl {
                 causes.push_back({"FieldValueInvalid", "Invalid value: must be an object", prefix});
                 continue;
             }
-            std::string name = str_at(c.as_object(), "name");
+            std::string name = string_at(c.as_object(), "name");
             if (name.empty()) causes.push_back({"FieldValueRequired", "Required value", prefix + ".name"});
             else {
                 for (auto& m : proto::validate_dns1123_label(name))
@@ -662,7 +638,7 @@ struct ApiServer::Impl {
                 if (!names.insert(name).second)
                     causes.push_back({"FieldValueDuplicate", "Duplicate value: " + proto::go_quote(name), prefix + ".name"});
             }
-            if (str_at(c.as_object(), "image").empty())
+            if (string_at(c.as_object(), "image").empty())
                 causes.push_back({"FieldValueRequired", "Required value", prefix + ".image"});
         }
         return causes;
@@ -683,7 +659,7 @@ struct ApiServer::Impl {
             for (auto& c : cs->as_array()) {
                 auto& co = c.as_object();
                 if (!co.contains("imagePullPolicy")) {
-                    std::string image = str_at(co, "image");
+                    std::string image = string_at(co, "image");
                     bool latest = image.find(':') == std::string::npos || image.ends_with(":latest");
                     co["imagePullPolicy"] = latest ? "Always" : "IfNotPresent";
                 }
@@ -691,7 +667,7 @@ struct ApiServer::Impl {
                 if (!co.contains("terminationMessagePolicy")) co["terminationMessagePolicy"] = "File";
                 if (!co.contains("resources")) co["resources"] = json::object{};
             }
-        std::string now = rfc3339_now();
+        std::string now = util::now_rfc3339();
         json::object status{{"phase", "Pending"},
                             {"qosClass", "BestEffort"},
                             {"conditions", json::array{json::object{{"type", "PodScheduled"},
@@ -813,7 +789,7 @@ struct ApiServer::Impl {
             meta.erase("namespace");
             return std::nullopt;
         }
-        std::string body_ns = str_at(meta, "namespace");
+        std::string body_ns = string_at(meta, "namespace");
         if (!body_ns.empty() && body_ns != r.ns)
             return bad_request("the namespace of the provided object does not match the namespace sent on the request");
         meta["namespace"] = r.ns;
@@ -832,19 +808,19 @@ struct ApiServer::Impl {
         if (!o.contains("metadata") || !o["metadata"].is_object()) o["metadata"] = json::object{};
         auto& meta = o["metadata"].as_object();
         if (auto mismatch = bind_namespace(t, r, meta)) return *mismatch;
-        std::string kind = str_at(o, "kind");
+        std::string kind = string_at(o, "kind");
         if (!kind.empty() && kind != t.kind)
-            return bad_request("the API version in the data (" + str_at(o, "apiVersion") + ") does not match the expected API version (" +
+            return bad_request("the API version in the data (" + string_at(o, "apiVersion") + ") does not match the expected API version (" +
                                t.api_version(r.version) + ") or kind " + kind + " does not match " + t.kind);
         auto causes = proto::validate_object_meta(meta, name_rule(t), true);
-        std::string name = str_at(meta, "name");
+        std::string name = string_at(meta, "name");
         if (t.plural == "pods" && t.group.empty()) {
             auto pc = validate_pod_spec(o);
             causes.insert(causes.end(), pc.begin(), pc.end());
         }
-        if (!causes.empty()) return invalid(t, name.empty() ? str_at(meta, "generateName") : name, causes);
+        if (!causes.empty()) return invalid(t, name.empty() ? string_at(meta, "generateName") : name, causes);
         if (name.empty()) {
-            std::string prefix = str_at(meta, "generateName");
+            std::string prefix = string_at(meta, "generateName");
             for (int i = 0; i < 8; ++i) {
                 name = proto::generate_name(prefix);
                 if (!store.get(t.id(), {r.ns, name})) break;
@@ -878,19 +854,19 @@ struct ApiServer::Impl {
                            bool require_rv) {
         const ResourceType& t = *r.type;
         auto& meta = incoming["metadata"].as_object();
-        const auto& cur_meta = meta_of(current);
-        std::string body_name = str_at(meta, "name");
+        const auto& cur_meta = metadata_of(current);
+        std::string body_name = string_at(meta, "name");
         if (body_name.empty()) meta["name"] = r.name;
         else if (body_name != r.name)
             return bad_request("the name of the object (" + body_name + ") does not match the name on the URL (" + r.name + ")");
         if (auto mismatch = bind_namespace(t, r, meta)) return *mismatch;
-        std::string rv = str_at(meta, "resourceVersion");
+        std::string rv = string_at(meta, "resourceVersion");
         if (rv.empty() && require_rv && t.custom) {
             return invalid(t, r.name,
                            {{"FieldValueInvalid", "Invalid value: 0x0: must be specified for an update",
                              "metadata.resourceVersion"}});
         }
-        if (!rv.empty() && rv != str_at(cur_meta, "resourceVersion"))
+        if (!rv.empty() && rv != string_at(cur_meta, "resourceVersion"))
             return conflict(t, r.name, "the object has been modified; please apply your changes to the latest version and try again");
         auto causes = proto::validate_object_meta(meta, name_rule(t), false);
         if (!causes.empty()) return invalid(t, r.name, causes);
@@ -933,7 +909,7 @@ struct ApiServer::Impl {
             m2["generation"] = same ? gen : gen + 1;
         }
         // No change: no new resourceVersion, no event.
-        m2["resourceVersion"] = str_at(cur_meta, "resourceVersion");
+        m2["resourceVersion"] = string_at(cur_meta, "resourceVersion");
         if (incoming == current) return json_response(200, present(t, r.version, current));
         if (dry_run(req)) return json_response(200, present(t, r.version, incoming));
         bool deleting = m2.contains("deletionTimestamp");
@@ -949,8 +925,8 @@ struct ApiServer::Impl {
 
     std::optional<Response> check_pod_update(const ResourceType& t, const std::string& name, const json::object& cur,
                                              const json::object& next) {
-        auto cs = obj_at(cur, "spec");
-        auto ns = obj_at(next, "spec");
+        auto cs = object_at(cur, "spec");
+        auto ns = object_at(next, "spec");
         if (!cs || !ns) return std::nullopt;
         // Mutable: containers[*].image, initContainers[*].image, activeDeadlineSeconds, tolerations (additions).
         json::object a = *cs, b = *ns;
@@ -1038,7 +1014,7 @@ struct ApiServer::Impl {
                 create_req.query = req.query;
                 auto& po = p.as_object();
                 if (!po.contains("metadata") || !po["metadata"].is_object()) po["metadata"] = json::object{};
-                if (str_at(po["metadata"].as_object(), "name").empty()) po["metadata"].as_object()["name"] = r.name;
+                if (string_at(po["metadata"].as_object(), "name").empty()) po["metadata"].as_object()["name"] = r.name;
                 create_req.msg.body() = json::serialize(p);
                 Response created = create(create_req, r);
                 req.warnings.insert(req.warnings.end(), create_req.warnings.begin(), create_req.warnings.end());
@@ -1081,14 +1057,14 @@ struct ApiServer::Impl {
         auto last = store.remove(t.id(), key);
         if (!last) return last;
         if (t.group.empty() && t.plural == "pods") {
-            auto uid = str_at(meta_of(*last), "uid");
+            auto uid = string_at(metadata_of(*last), "uid");
             if (auto it = pod_grace_timers.find(uid); it != pod_grace_timers.end()) {
                 it->second->cancel();
                 pod_grace_timers.erase(it);
             }
             if (kubelet) kubelet->pod_deleted(*last);
         }
-        collect_dependents(meta_of(*last), "Background");
+        collect_dependents(metadata_of(*last), "Background");
         finish_foreground_owners();
         return last;
     }
@@ -1103,10 +1079,10 @@ struct ApiServer::Impl {
         for (const auto& t : resource_types()) {
             for (const auto& [key, obj] : store.objects(t.id())) {
                 if (!owner_ns.empty() && key.ns != owner_ns) continue;
-                auto refs = meta_of(*obj).if_contains("ownerReferences");
+                auto refs = metadata_of(*obj).if_contains("ownerReferences");
                 if (!refs || !refs->is_array()) continue;
                 for (auto& ref : refs->as_array())
-                    if (ref.is_object() && str_at(ref.as_object(), "uid") == uid) {
+                    if (ref.is_object() && string_at(ref.as_object(), "uid") == uid) {
                         out.push_back({&t, key});
                         break;
                     }
@@ -1116,8 +1092,8 @@ struct ApiServer::Impl {
     }
 
     void collect_dependents(const json::object& owner_meta, const std::string& policy) {
-        std::string uid = str_at(owner_meta, "uid");
-        std::string ns = str_at(owner_meta, "namespace");
+        std::string uid = string_at(owner_meta, "uid");
+        std::string ns = string_at(owner_meta, "namespace");
         for (auto& d : dependents_of(uid, ns)) {
             auto obj = store.get(d.type->id(), d.key);
             if (!obj) continue;
@@ -1125,7 +1101,7 @@ struct ApiServer::Impl {
                 json::object copy = *obj;
                 auto& refs = copy["metadata"].as_object()["ownerReferences"].as_array();
                 for (auto it = refs.begin(); it != refs.end();)
-                    it = (it->is_object() && str_at(it->as_object(), "uid") == uid) ? refs.erase(it) : std::next(it);
+                    it = (it->is_object() && string_at(it->as_object(), "uid") == uid) ? refs.erase(it) : std::next(it);
                 if (refs.empty()) copy["metadata"].as_object().erase("ownerReferences");
                 store.put(d.type->id(), std::move(copy));
             } else {
@@ -1144,8 +1120,8 @@ struct ApiServer::Impl {
             for (const auto& t : resource_types()) {
                 for (const auto& [key, obj] : store.objects(t.id())) {
                     if (!has_finalizer(*obj, "foregroundDeletion")) continue;
-                    const auto& m = meta_of(*obj);
-                    if (!dependents_of(str_at(m, "uid"), str_at(m, "namespace")).empty()) continue;
+                    const auto& m = metadata_of(*obj);
+                    if (!dependents_of(string_at(m, "uid"), string_at(m, "namespace")).empty()) continue;
                     json::object copy = *obj;
                     remove_finalizer(copy, "foregroundDeletion");
                     ObjectKey k = key;
@@ -1172,35 +1148,35 @@ struct ApiServer::Impl {
     DeleteResult delete_object(const ResourceType& t, const ObjectKey& key, const DeleteOptions& opts) {
         auto cur = store.get(t.id(), key);
         if (!cur) return {};
-        const auto& m = meta_of(*cur);
+        const auto& m = metadata_of(*cur);
         std::string policy = opts.propagation.empty() ? "Background" : opts.propagation;
         if (t.group.empty() && t.plural == "namespaces") return {begin_namespace_deletion(key.name), nullptr};
         if (policy == "Orphan") collect_dependents(m, "Orphan");
         bool is_pod = t.group.empty() && t.plural == "pods";
-        if (policy == "Foreground" && !dependents_of(str_at(m, "uid"), str_at(m, "namespace")).empty()) {
+        if (policy == "Foreground" && !dependents_of(string_at(m, "uid"), string_at(m, "namespace")).empty()) {
             json::object copy = *cur;
             auto& cm = copy["metadata"].as_object();
-            if (!cm.contains("deletionTimestamp")) cm["deletionTimestamp"] = rfc3339_now();
+            if (!cm.contains("deletionTimestamp")) cm["deletionTimestamp"] = util::now_rfc3339();
             if (!has_finalizer(copy, "foregroundDeletion")) {
                 if (!cm.contains("finalizers") || !cm["finalizers"].is_array()) cm["finalizers"] = json::array{};
                 cm["finalizers"].as_array().push_back("foregroundDeletion");
             }
             if (t.custom) cm["generation"] = (cm["generation"].is_int64() ? cm["generation"].as_int64() : 1) + 1;
             auto stored = store.put(t.id(), std::move(copy));
-            collect_dependents(meta_of(*stored), "Foreground");
+            collect_dependents(metadata_of(*stored), "Foreground");
             finish_foreground_owners();
             return {store.get(t.id(), key), nullptr};
         }
         if (is_pod) {
             std::int64_t grace = 30;
-            auto spec = obj_at(*cur, "spec");
+            auto spec = object_at(*cur, "spec");
             if (spec) {
                 if (auto g = spec->if_contains("terminationGracePeriodSeconds"); g && g->is_int64()) grace = g->as_int64();
             }
             if (opts.grace) grace = *opts.grace;
             if (grace < 0) grace = 0;
             std::string phase;
-            if (auto st = obj_at(*cur, "status")) phase = str_at(*st, "phase");
+            if (auto st = object_at(*cur, "status")) phase = string_at(*st, "phase");
             bool terminal = phase == "Succeeded" || phase == "Failed";
             if (grace == 0 || terminal) {
                 auto last = remove_now(t, key);
@@ -1209,16 +1185,16 @@ struct ApiServer::Impl {
             if (m.contains("deletionTimestamp")) return {cur, nullptr};  // already terminating
             json::object copy = *cur;
             auto& cm = copy["metadata"].as_object();
-            cm["deletionTimestamp"] = rfc3339_at(std::chrono::system_clock::now() + std::chrono::seconds(grace));
+            cm["deletionTimestamp"] = util::format_rfc3339(std::chrono::system_clock::now() + std::chrono::seconds(grace));
             cm["deletionGracePeriodSeconds"] = grace;
             auto stored = store.put(t.id(), std::move(copy));
-            std::string uid = str_at(meta_of(*stored), "uid");
+            std::string uid = string_at(metadata_of(*stored), "uid");
             auto timer = std::make_shared<asio::steady_timer>(executor, std::chrono::seconds(grace));
             pod_grace_timers[uid] = timer;
             timer->async_wait([this, timer, type = &t, key, uid](error_code ec) {
                 if (ec) return;
                 auto p = store.get(type->id(), key);
-                if (p && str_at(meta_of(*p), "uid") == uid) remove_now(*type, key);
+                if (p && string_at(metadata_of(*p), "uid") == uid) remove_now(*type, key);
             });
             if (kubelet) kubelet->pod_changed(*stored);
             return {stored, nullptr};
@@ -1226,7 +1202,7 @@ struct ApiServer::Impl {
         if (has_finalizers(*cur)) {
             if (m.contains("deletionTimestamp")) return {cur, nullptr};
             json::object copy = *cur;
-            copy["metadata"].as_object()["deletionTimestamp"] = rfc3339_now();
+            copy["metadata"].as_object()["deletionTimestamp"] = util::now_rfc3339();
             return {store.put(t.id(), std::move(copy)), nullptr};
         }
         auto last = remove_now(t, key);
@@ -1236,9 +1212,9 @@ struct ApiServer::Impl {
     ObjectPtr begin_namespace_deletion(const std::string& name) {
         auto cur = store.get("namespaces", {"", name});
         if (!cur) return cur;
-        if (meta_of(*cur).contains("deletionTimestamp")) return cur;
+        if (metadata_of(*cur).contains("deletionTimestamp")) return cur;
         json::object copy = *cur;
-        copy["metadata"].as_object()["deletionTimestamp"] = rfc3339_now();
+        copy["metadata"].as_object()["deletionTimestamp"] = util::now_rfc3339();
         copy["status"] = json::object{{"phase", "Terminating"}};
         auto stored = store.put("namespaces", std::move(copy));
         // Content goes away asynchronously, as in a real cluster.
@@ -1297,9 +1273,9 @@ struct ApiServer::Impl {
             if (auto p = o.if_contains("propagationPolicy"); p && p->is_string()) opts.propagation = p->as_string();
             if (auto p = o.if_contains("orphanDependents"); p && p->is_bool())
                 opts.propagation = p->as_bool() ? "Orphan" : "Background";
-            if (auto pre = obj_at(o, "preconditions")) {
-                opts.precondition_uid = str_at(*pre, "uid");
-                opts.precondition_rv = str_at(*pre, "resourceVersion");
+            if (auto pre = object_at(o, "preconditions")) {
+                opts.precondition_uid = string_at(*pre, "uid");
+                opts.precondition_rv = string_at(*pre, "resourceVersion");
             }
             if (auto d = o.if_contains("dryRun"); d && d->is_array() && !d->as_array().empty()) opts.dry_run = true;
         }
@@ -1316,13 +1292,13 @@ struct ApiServer::Impl {
         auto opts = std::get<DeleteOptions>(parsed);
         auto cur = store.get(t.id(), {r.ns, r.name});
         if (!cur) return not_found(t, r.name);
-        const auto& m = meta_of(*cur);
-        if (!opts.precondition_uid.empty() && opts.precondition_uid != str_at(m, "uid"))
+        const auto& m = metadata_of(*cur);
+        if (!opts.precondition_uid.empty() && opts.precondition_uid != string_at(m, "uid"))
             return conflict(t, r.name, "Precondition failed: UID in precondition: " + opts.precondition_uid +
-                                           ", UID in object meta: " + str_at(m, "uid"));
-        if (!opts.precondition_rv.empty() && opts.precondition_rv != str_at(m, "resourceVersion"))
+                                           ", UID in object meta: " + string_at(m, "uid"));
+        if (!opts.precondition_rv.empty() && opts.precondition_rv != string_at(m, "resourceVersion"))
             return conflict(t, r.name, "Precondition failed: ResourceVersion in precondition: " + opts.precondition_rv +
-                                           ", ResourceVersion in object meta: " + str_at(m, "resourceVersion"));
+                                           ", ResourceVersion in object meta: " + string_at(m, "resourceVersion"));
         if (t.group.empty() && t.plural == "namespaces" &&
             (r.name == "default" || r.name == "kube-system" || r.name == "kube-public"))
             return status_response(403, "Forbidden",
@@ -1334,7 +1310,7 @@ struct ApiServer::Impl {
         if (t.custom) {
             proto::StatusDetails d = res_details(t, r.name);
             auto st = proto::make_success_status(d);
-            st["details"].as_object()["uid"] = str_at(m, "uid");
+            st["details"].as_object()["uid"] = string_at(m, "uid");
             return json_response(200, st);
         }
         return json_response(200, present(t, r.version, res.removed ? *res.removed : *cur));
@@ -1365,8 +1341,8 @@ struct ApiServer::Impl {
     }
 
     bool matches(const Selectors& s, const std::string& ns, const json::object& o) const {
-        if (!ns.empty() && str_at(meta_of(o), "namespace") != ns) return false;
-        return s.labels.matches(obj_at(meta_of(o), "labels")) && s.fields.matches(o);
+        if (!ns.empty() && string_at(metadata_of(o), "namespace") != ns) return false;
+        return s.labels.matches(object_at(metadata_of(o), "labels")) && s.fields.matches(o);
     }
 
     Response list(const Request& req, const Route& r) {
@@ -1472,21 +1448,21 @@ struct ApiServer::Impl {
         if (stopping) return;
         const ResourceType& t = *find_resource_by_id("pods");
         auto cur = store.get("pods", {ns, name});
-        if (!cur || str_at(meta_of(*cur), "uid") != uid) return;
+        if (!cur || string_at(metadata_of(*cur), "uid") != uid) return;
         json::object copy = *cur;
         copy["status"] = std::move(status);
         if (copy != *cur) cur = store.put("pods", std::move(copy));
-        if (!meta_of(*cur).contains("deletionTimestamp")) return;
+        if (!metadata_of(*cur).contains("deletionTimestamp")) return;
         // Terminating pod: gone from the API once no container runs any more.
-        auto st = obj_at(*cur, "status");
-        std::string phase = st ? str_at(*st, "phase") : "";
+        auto st = object_at(*cur, "status");
+        std::string phase = st ? string_at(*st, "phase") : "";
         bool all_done = phase == "Succeeded" || phase == "Failed";
         if (!all_done && st) {
             auto cs = st->if_contains("containerStatuses");
             if (cs && cs->is_array() && !cs->as_array().empty()) {
                 all_done = true;
                 for (auto& c : cs->as_array()) {
-                    auto state = c.is_object() ? obj_at(c.as_object(), "state") : nullptr;
+                    auto state = c.is_object() ? object_at(c.as_object(), "state") : nullptr;
                     if (!state || !state->contains("terminated")) all_done = false;
                 }
             }
@@ -2027,7 +2003,7 @@ static asio::awaitable<bool> handle(ApiServer::Impl& impl, Conn& conn, Request& 
                     auto io = req.query.find("includeObject");
                     resp = json_response(200, to_table(t, {impl.present(t, route->version, *obj)},
                                                        io != req.query.end() && io->second == "Object",
-                                                       json::object{{"resourceVersion", str_at(meta_of(*obj), "resourceVersion")}}));
+                                                       json::object{{"resourceVersion", string_at(metadata_of(*obj), "resourceVersion")}}));
                 } else resp = json_response(200, impl.present(t, route->version, *obj));
             } else if (m == "PUT") resp = impl.replace(req, *route);
             else if (m == "PATCH") resp = impl.patch(req, *route);

@@ -4,6 +4,7 @@
 #include "local/kubelet.hpp"
 
 #include "local/kubelet_plan.hpp"
+#include "local/port_forward.hpp"
 #include "proto/status.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -46,9 +47,6 @@
 extern char** environ;
 
 namespace kubesandbox::local {
-
-// Provided by the port-forward helper's translation unit when it is linked in.
-boost::asio::awaitable<void> serve_port_forward(StreamRequest request, int pod_pid) __attribute__((weak));
 
 namespace {
 
@@ -344,7 +342,7 @@ struct Core {
 
     fs::path pods_dir() const { return options.data_dir / "pods"; }
 
-    void log(const std::string& line) const { std::cerr << "kubesandbox-local kubelet: " << line << "\n"; }
+    void log(const std::string& line) const { options.logger.warning("local cluster kubelet: " + line); }
 
     // ---- setup ----
 
@@ -1430,11 +1428,6 @@ asio::awaitable<void> Kubelet::serve_portforward(StreamRequest request) {
     std::string uid = str(obj(request.pod, "metadata"), "uid");
     std::shared_ptr<PodRecord> pod;
     if (auto it = core->pods.find(uid); it != core->pods.end() && !it->second->removed) pod = it->second;
-    if (!serve_port_forward) {
-        co_await write_status(request.stream, version, 501, "NotImplemented",
-                              "port-forward is not available in this build of the local cluster");
-        co_return;
-    }
     if (!pod || !pod->running()) {
         co_await write_status(request.stream, version, 400, "BadRequest",
                               "pod " + str(obj(request.pod, "metadata"), "name") + " is not running");

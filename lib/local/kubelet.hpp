@@ -3,6 +3,8 @@
 // Everything here runs on the cluster's single-threaded executor.
 #pragma once
 
+#include <kubesandbox/logger.hpp>
+
 #include "net/any_stream.hpp"
 
 #include <boost/asio/awaitable.hpp>
@@ -30,6 +32,7 @@ struct KubeletOptions {
     std::map<std::string, std::string> images;  // see LocalClusterOptions::images
     bool allow_no_isolation = false;
     std::string bwrap_program = "bwrap";  // see LocalClusterOptions::bwrap_program
+    Logger logger{};
 };
 
 // One request the API server has authenticated and routed to a pod subresource. The kubelet

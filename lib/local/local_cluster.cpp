@@ -1,6 +1,7 @@
 // LocalCluster: owns the io_context thread, the listener, the API server and the kubelet.
 #include <kubesandbox/local_cluster.hpp>
 
+#include "util/random.hpp"
 #include "local/api_server.hpp"
 #include "local/kubelet.hpp"
 #include "local/store.hpp"
@@ -85,7 +86,7 @@ LocalCluster::~LocalCluster() { stop(); }
 Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions options) {
     auto impl = std::make_unique<Impl>();
     impl->options = options;
-    impl->token = options.token.empty() ? local::random_token(24) : options.token;
+    impl->token = options.token.empty() ? util::random_hex(24) : options.token;
     if (options.tls) {
         auto certs = local::generate_serving_certs();
         if (!certs) return fail(certs.error());
@@ -144,6 +145,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
     kopts.images = options.images;
     kopts.allow_no_isolation = options.allow_no_isolation;
     kopts.bwrap_program = options.bwrap_program;
+    kopts.logger = options.logger;
     local::ApiServer* api = impl->api.get();
     impl->kubelet = std::make_unique<local::Kubelet>(
         impl->ioc.get_executor(), kopts,

@@ -1,7 +1,7 @@
 #include "local/port_forward.hpp"
 
 #include "proto/channel_protocol.hpp"
-#include "proto/spdy.hpp"
+#include "local/spdy.hpp"
 #include "proto/status.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -41,7 +41,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace websocket = beast::websocket;
-namespace spdy = proto::spdy;
+namespace spdy = local::spdy;
 using tcp = asio::ip::tcp;
 using boost::system::error_code;
 

@@ -1,8 +1,8 @@
 #include "local/store.hpp"
+#include "util/random.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
-#include <openssl/rand.h>
 
 #include <algorithm>
 #include <cstring>
@@ -236,32 +236,12 @@ std::optional<ContinueToken> decode_continue(std::string_view text) {
     return t;
 }
 
-std::string random_token(std::size_t bytes) {
-    std::string raw(bytes, '\0');
-    RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), static_cast<int>(bytes));
-    static const char* hex = "0123456789abcdef";
-    std::string out;
-    for (unsigned char c : raw) {
-        out.push_back(hex[c >> 4]);
-        out.push_back(hex[c & 15]);
-    }
-    return out;
-}
-
 std::string new_uid() {
-    std::string h = random_token(16);
+    std::string h = util::random_hex(16);
     h[12] = '4';
     h[16] = "89ab"[h[16] % 4];
     return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" + h.substr(20, 12);
 }
 
-std::string rfc3339_now() {
-    std::time_t t = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
 
 }  // namespace kubesandbox::local

@@ -114,8 +114,6 @@ struct ContinueToken {
 std::string encode_continue(const ContinueToken& token);
 std::optional<ContinueToken> decode_continue(std::string_view text);
 
-std::string random_token(std::size_t bytes);  // hex
 std::string new_uid();
-std::string rfc3339_now();
 
 }  // namespace kubesandbox::local

@@ -1,7 +1,8 @@
 // Request building and response decoding for the Kubernetes REST API. Sans-IO.
 #pragma once
 
-#include <kubesandbox/kube_client.hpp>
+#include <kubesandbox/error.hpp>
+#include <kubesandbox/kube_types.hpp>
 
 #include <string>
 #include <string_view>

@@ -3,7 +3,8 @@
 #pragma once
 
 #include <kubesandbox/error.hpp>
-#include <kubesandbox/kube_client.hpp>
+#include <kubesandbox/error.hpp>
+#include <kubesandbox/kube_types.hpp>
 
 #include <cstddef>
 #include <memory>

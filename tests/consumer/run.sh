@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Builds tests/consumer with kubesandbox pulled in through a wrap file pointing at this checkout
 # (its committed HEAD), runs it, then installs kubesandbox into a temporary prefix and builds
-# pkgconfig_consumer.cpp with nothing but `pkg-config --cflags --libs kubesandbox`.
+# pkgconfig_consumer.cpp with nothing but `pkg-config --cflags --libs kubesandbox` and the
+# quickstart with `pkg-config --cflags --libs kubesandbox-local`.
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp "$root/tests/consumer/meson.build" "$root/tests/consumer/consumer.cpp" "$work/"
+cp "$root/tests/consumer/meson.build" "$root/tests/consumer/consumer.cpp" "$root/examples/quickstart.cpp" "$work/"
 mkdir -p "$work/subprojects"
 cat > "$work/subprojects/kubesandbox.wrap" <<WRAP
 [wrap-git]
@@ -15,7 +16,7 @@ revision = HEAD
 depth = 1
 
 [provide]
-dependency_names = kubesandbox
+dependency_names = kubesandbox, kubesandbox-local
 WRAP
 cd "$work"
 prefix="$work/prefix"
@@ -33,3 +34,7 @@ echo "pkg-config: $(pkg-config --cflags --libs kubesandbox)"
 "${CXX:-g++}" -Wall -Wextra -Werror -o pkgconfig_consumer "$root/tests/consumer/pkgconfig_consumer.cpp" \
   $(pkg-config --cflags --libs kubesandbox)
 LD_LIBRARY_PATH="$(pkg-config --variable=libdir kubesandbox)" ./pkgconfig_consumer
+echo "pkg-config: $(pkg-config --cflags --libs kubesandbox-local)"
+# shellcheck disable=SC2046
+"${CXX:-g++}" -Wall -Wextra -Werror -o quickstart "$root/examples/quickstart.cpp" \
+  $(pkg-config --cflags --libs kubesandbox-local)

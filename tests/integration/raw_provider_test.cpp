@@ -126,7 +126,7 @@ protected:
         client_ = std::make_unique<KubeClient>(io_.get_executor(), cluster_->kube_config());
     }
 
-    std::unique_ptr<RawProvider> provider(RawProviderConfig cfg = {}, KubeClientOptions copts = {}) {
+    std::unique_ptr<RawProvider> provider(RawProviderOptions cfg = {}, KubeClientOptions copts = {}) {
         if (cfg.startup_timeout == 120s) cfg.startup_timeout = 60s;
         return std::make_unique<RawProvider>(KubeClient(io_.get_executor(), cluster_->kube_config(), copts),
                                              std::move(cfg));
@@ -158,7 +158,7 @@ TEST_F(RawProviderTest, CreateLabelsReconnectExecDelete) {
         o.labels["team"] = "Red Team!";
         o.ttl_seconds = 3600;
         o.ttl_idle_seconds = 600;
-        auto sb = co_await p->get_or_create(o);
+        auto sb = co_await p->get_or_create_pod(o);
         EXPECT_TRUE(sb) << sb.error().describe();
         if (!sb) co_return;
         std::string name = (*sb)->pod_name();
@@ -212,7 +212,7 @@ TEST_F(RawProviderTest, CreateLabelsReconnectExecDelete) {
         }
 
         // Reconnect: same pod, last-activity written.
-        auto again = co_await p->get_or_create(o);
+        auto again = co_await p->get_or_create_pod(o);
         EXPECT_TRUE(again);
         if (again) {
             EXPECT_EQ((*again)->pod_name(), name);
@@ -228,7 +228,7 @@ TEST_F(RawProviderTest, CreateLabelsReconnectExecDelete) {
         GetOrCreateOptions missing;
         missing.sandbox_id = "never-created";
         missing.create_if_missing = false;
-        auto nf = co_await p->get_or_create(missing);
+        auto nf = co_await p->get_or_create_pod(missing);
         EXPECT_FALSE(nf);
         if (!nf) {
             EXPECT_TRUE(nf.error().is(errc::not_found)) << nf.error().describe();
@@ -260,7 +260,7 @@ TEST_F(RawProviderTest, FiftyConcurrentGetOrCreateMakeOnePod) {
         auto one = [&]() -> asio::awaitable<void> {
             GetOrCreateOptions o;
             o.sandbox_id = "race-1";
-            auto sb = co_await p->get_or_create(o);
+            auto sb = co_await p->get_or_create_pod(o);
             if (sb) names.push_back((*sb)->pod_name());
             else {
                 ++errors;
@@ -288,14 +288,14 @@ TEST_F(RawProviderTest, FiftyConcurrentGetOrCreateMakeOnePod) {
 }
 
 TEST_F(RawProviderTest, UnknownImageFailsFastAndLeavesNothing) {
-    RawProviderConfig cfg;
+    RawProviderOptions cfg;
     cfg.image = "no-such-registry.invalid/nothing:1";
     auto p = provider(cfg);
     run([&]() -> asio::awaitable<void> {
         GetOrCreateOptions o;
         o.sandbox_id = "bad-image";
         auto t0 = std::chrono::steady_clock::now();
-        auto sb = co_await p->get_or_create(o);
+        auto sb = co_await p->get_or_create_pod(o);
         auto took = std::chrono::steady_clock::now() - t0;
         EXPECT_FALSE(sb);
         if (!sb) {
@@ -320,7 +320,7 @@ TEST_F(RawProviderTest, ListPaginatesWithLimit) {
             GetOrCreateOptions o;
             o.sandbox_id = "page-" + std::to_string(i);
             o.labels["suite"] = "pagination";
-            auto sb = co_await p->get_or_create(o);
+            auto sb = co_await p->get_or_create_pod(o);
             EXPECT_TRUE(sb) << sb.error().describe();
             ids.push_back(*o.sandbox_id);
         }
@@ -356,8 +356,8 @@ TEST_F(RawProviderTest, CleanupDeletesExpired) {
         GetOrCreateOptions keeper;
         keeper.sandbox_id = "ttl-keep";
         keeper.ttl_idle_seconds = 3600;
-        auto a = co_await p->get_or_create(shortlived);
-        auto b = co_await p->get_or_create(keeper);
+        auto a = co_await p->get_or_create_pod(shortlived);
+        auto b = co_await p->get_or_create_pod(keeper);
         EXPECT_TRUE(a && b);
         co_await sleep_for(2100ms);
         auto r = co_await p->cleanup();
@@ -380,7 +380,7 @@ TEST_F(RawProviderTest, CleanupDeletesExpired) {
 }
 
 TEST_F(RawProviderTest, TwoProvidersClaimingFromOneWarmPoolNeverShare) {
-    RawProviderConfig cfg;
+    RawProviderOptions cfg;
     cfg.warm_pool_size = 3;
     auto a = provider(cfg);
     auto b = provider(cfg);
@@ -408,7 +408,7 @@ TEST_F(RawProviderTest, TwoProvidersClaimingFromOneWarmPoolNeverShare) {
         }
         int done = 0;
         auto claim = [&](RawProvider* p) -> asio::awaitable<void> {
-            auto sb = co_await p->get_or_create();
+            auto sb = co_await p->get_or_create_pod();
             if (sb) names.push_back((*sb)->pod_name());
             else ADD_FAILURE() << sb.error().describe();
             ++done;
@@ -449,13 +449,13 @@ TEST_F(RawProviderTest, TwoProvidersClaimingFromOneWarmPoolNeverShare) {
 }
 
 TEST_F(RawProviderTest, SetupScriptFailureDeletesSandbox) {
-    RawProviderConfig cfg;
+    RawProviderOptions cfg;
     cfg.setup_script = "echo setting-up; echo broken >&2; exit 7";
     auto p = provider(cfg);
     run([&]() -> asio::awaitable<void> {
         GetOrCreateOptions o;
         o.sandbox_id = "setup-fails";
-        auto sb = co_await p->get_or_create(o);
+        auto sb = co_await p->get_or_create_pod(o);
         EXPECT_FALSE(sb);
         if (!sb) {
             EXPECT_TRUE(sb.error().is(errc::pod_failed)) << sb.error().describe();
@@ -468,13 +468,13 @@ TEST_F(RawProviderTest, SetupScriptFailureDeletesSandbox) {
 }
 
 TEST_F(RawProviderTest, NamespacePerSandbox) {
-    RawProviderConfig cfg;
+    RawProviderOptions cfg;
     cfg.namespace_per_sandbox = true;
     auto p = provider(cfg);
     run([&]() -> asio::awaitable<void> {
         GetOrCreateOptions o;
         o.sandbox_id = "own-ns";
-        auto sb = co_await p->get_or_create(o);
+        auto sb = co_await p->get_or_create_pod(o);
         EXPECT_TRUE(sb) << sb.error().describe();
         if (!sb) co_return;
         std::string ns = (*sb)->namespace_name();
@@ -516,7 +516,7 @@ TEST_F(RawProviderTest, NetworkPolicyFailureIsFailClosed) {
     run([&]() -> asio::awaitable<void> {
         GetOrCreateOptions o;
         o.sandbox_id = "np-denied";
-        auto sb = co_await p->get_or_create(o);
+        auto sb = co_await p->get_or_create_pod(o);
         EXPECT_FALSE(sb) << "a sandbox started without its NetworkPolicy";
         if (!sb) {
             EXPECT_TRUE(sb.error().is(errc::forbidden)) << sb.error().describe();
@@ -529,13 +529,13 @@ TEST_F(RawProviderTest, NetworkPolicyFailureIsFailClosed) {
 }
 
 TEST_F(RawProviderTest, ReadOnlyRootHasWritableWorkdirAndTmp) {
-    RawProviderConfig cfg;
+    RawProviderOptions cfg;
     cfg.read_only_root_filesystem = true;
     auto p = provider(cfg);
     run([&]() -> asio::awaitable<void> {
         GetOrCreateOptions o;
         o.sandbox_id = "read-only";
-        auto sb = co_await p->get_or_create(o);
+        auto sb = co_await p->get_or_create_pod(o);
         EXPECT_TRUE(sb) << sb.error().describe();
         if (!sb) co_return;
         auto out = co_await (*sb)->execute("pwd && touch a /tmp/b && echo ok");
@@ -556,13 +556,13 @@ TEST_F(RawProviderTest, ReadOnlyRootHasWritableWorkdirAndTmp) {
 }
 
 TEST_F(RawProviderTest, ActivityIsRecordedDebouncedAfterExecute) {
-    RawProviderConfig cfg;
+    RawProviderOptions cfg;
     cfg.activity_debounce = std::chrono::seconds(60);
     auto p = provider(cfg);
     run([&]() -> asio::awaitable<void> {
         GetOrCreateOptions o;
         o.sandbox_id = "activity";
-        auto sb = co_await p->get_or_create(o);
+        auto sb = co_await p->get_or_create_pod(o);
         EXPECT_TRUE(sb) << sb.error().describe();
         if (!sb) co_return;
         const ResourcePath path = pods("default").with_name((*sb)->pod_name());
@@ -666,10 +666,10 @@ const char* long_ago = "2020-01-01T00:00:00.000Z";
 // Review 1: a per-sandbox-namespace provider once read every kubesandbox pod cluster-wide and
 // deleted the namespace of any expired one: a shared namespace with all its content.
 TEST_F(RawProviderTest, PerSandboxCleanupNeverDeletesASharedNamespace) {
-    RawProviderConfig shared_cfg;
+    RawProviderOptions shared_cfg;
     shared_cfg.namespace_name = "shared-team";
     auto shared = provider(shared_cfg);
-    RawProviderConfig per_cfg;
+    RawProviderOptions per_cfg;
     per_cfg.namespace_per_sandbox = true;
     auto per = provider(per_cfg);
     run([&]() -> asio::awaitable<void> {
@@ -688,7 +688,7 @@ TEST_F(RawProviderTest, PerSandboxCleanupNeverDeletesASharedNamespace) {
         GetOrCreateOptions o;
         o.sandbox_id = "shared-expired";
         o.ttl_seconds = 1;
-        auto sb = co_await shared->get_or_create(o);
+        auto sb = co_await shared->get_or_create_pod(o);
         EXPECT_TRUE(sb) << sb.error().describe();
         // And one labelled as a per-sandbox pod but living in the shared namespace.
         json::object labels;
@@ -739,7 +739,7 @@ TEST_F(RawProviderTest, SandboxIdFormIsAcceptedEverywhere) {
     EXPECT_NE(RawProvider::pod_name_for("x-0123456789"), RawProvider::pod_name_for("X"));
     auto p = provider();
     run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p->get_or_create();
+        auto sb = co_await p->get_or_create_pod();
         EXPECT_TRUE(sb) << sb.error().describe();
         if (!sb) co_return;
         const std::string id = (*sb)->id();
@@ -749,14 +749,14 @@ TEST_F(RawProviderTest, SandboxIdFormIsAcceptedEverywhere) {
         GetOrCreateOptions again;
         again.sandbox_id = id;
         again.create_if_missing = false;
-        auto re = co_await p->get_or_create(again);
+        auto re = co_await p->get_or_create_pod(again);
         EXPECT_TRUE(re) << re.error().describe();
         if (re) {
             EXPECT_EQ((*re)->pod_name(), pod);
             EXPECT_EQ((*re)->id(), id);
         }
         again.create_if_missing = true;
-        auto re2 = co_await p->get_or_create(again);
+        auto re2 = co_await p->get_or_create_pod(again);
         EXPECT_TRUE(re2) << re2.error().describe();
         if (re2) {
             EXPECT_EQ((*re2)->pod_name(), pod) << "reconnecting by id() created a second sandbox";
@@ -772,13 +772,13 @@ TEST_F(RawProviderTest, SandboxIdFormIsAcceptedEverywhere) {
         GetOrCreateOptions by_listed;  // ...which is accepted as an id too
         by_listed.sandbox_id = listed_id;
         by_listed.create_if_missing = false;
-        auto bl = co_await p->get_or_create(by_listed);
+        auto bl = co_await p->get_or_create_pod(by_listed);
         EXPECT_TRUE(bl && (*bl)->pod_name() == pod);
 
         // A reference into another namespace is refused, not mapped to a new sandbox.
         GetOrCreateOptions elsewhere;
         elsewhere.sandbox_id = "kube-system/" + pod;
-        auto wrong = co_await p->get_or_create(elsewhere);
+        auto wrong = co_await p->get_or_create_pod(elsewhere);
         EXPECT_FALSE(wrong);
         if (!wrong) {
             EXPECT_TRUE(wrong.error().is(errc::invalid_argument)) << wrong.error().describe();
@@ -801,14 +801,14 @@ TEST_F(RawProviderTest, SandboxIdFormIsAcceptedEverywhere) {
         a.sandbox_id = "coll";
         GetOrCreateOptions b;
         b.sandbox_id = "ksb-coll";
-        auto sa = co_await p->get_or_create(a);
-        auto sbb = co_await p->get_or_create(b);
+        auto sa = co_await p->get_or_create_pod(a);
+        auto sbb = co_await p->get_or_create_pod(b);
         EXPECT_TRUE(sa && sbb);
         if (sa && sbb) {
             EXPECT_NE((*sa)->pod_name(), (*sbb)->pod_name());
             GetOrCreateOptions by_id;
             by_id.sandbox_id = (*sbb)->id();
-            auto r = co_await p->get_or_create(by_id);
+            auto r = co_await p->get_or_create_pod(by_id);
             EXPECT_TRUE(r);
             if (r) {
                 EXPECT_EQ((*r)->pod_name(), (*sbb)->pod_name());
@@ -831,7 +831,7 @@ TEST_F(RawProviderTest, SandboxIdFormIsAcceptedEverywhere) {
 // Review 3a: a warm claim whose PATCH went through but whose response was lost is retried by
 // the client and answered 409: that is still our claim, not someone else's.
 TEST_F(RawProviderTest, LostClaimResponseIsStillOurClaim) {
-    RawProviderConfig cfg;
+    RawProviderOptions cfg;
     cfg.warm_pool_size = 1;
     cfg.env["POOL"] = "lost-claim";  // a config (hash) of its own
     auto p = provider(cfg, quick_timeouts());
@@ -851,7 +851,7 @@ TEST_F(RawProviderTest, LostClaimResponseIsStillOurClaim) {
         rule.count = 1;
         rule.action = FaultRule::Action::drop_mid_body;  // applied, response cut
         cluster_->add_fault(rule);
-        auto sb = co_await p->get_or_create();
+        auto sb = co_await p->get_or_create_pod();
         cluster_->clear_faults();
         EXPECT_TRUE(sb) << sb.error().describe();
         if (sb) {
@@ -885,7 +885,7 @@ TEST_F(RawProviderTest, LostClaimResponseIsStillOurClaim) {
 // a 409 on the retry; it is still our pod, so the setup_script must run. And with many racers
 // exactly one runs it.
 TEST_F(RawProviderTest, LostCreateResponseStillRunsSetupExactlyOnce) {
-    RawProviderConfig cfg;
+    RawProviderOptions cfg;
     cfg.setup_script = "echo once >> /workspace/setup-marker";
     auto p = provider(cfg, quick_timeouts());
     run([&]() -> asio::awaitable<void> {
@@ -897,7 +897,7 @@ TEST_F(RawProviderTest, LostCreateResponseStillRunsSetupExactlyOnce) {
         cluster_->add_fault(rule);
         GetOrCreateOptions o;
         o.sandbox_id = "lost-create";
-        auto sb = co_await p->get_or_create(o);
+        auto sb = co_await p->get_or_create_pod(o);
         cluster_->clear_faults();
         EXPECT_TRUE(sb) << sb.error().describe();
         if (sb) {
@@ -912,11 +912,11 @@ TEST_F(RawProviderTest, LostCreateResponseStillRunsSetupExactlyOnce) {
         EXPECT_TRUE(d && *d);
 
         int done = 0;
-        std::vector<std::unique_ptr<KubernetesSandbox>> got;
+        std::vector<std::unique_ptr<PodExecSandbox>> got;
         auto one = [&]() -> asio::awaitable<void> {
             GetOrCreateOptions r;
             r.sandbox_id = "setup-once";
-            auto s = co_await p->get_or_create(r);
+            auto s = co_await p->get_or_create_pod(r);
             if (s) got.push_back(std::move(*s));
             else ADD_FAILURE() << s.error().describe();
             ++done;
@@ -940,14 +940,14 @@ TEST_F(RawProviderTest, LostCreateResponseStillRunsSetupExactlyOnce) {
 
 // Review 4a: dead pods (container exited; warm ones too) are reaped without any TTL.
 TEST_F(RawProviderTest, CleanupReapsDeadPodsAndFailedWarmPods) {
-    RawProviderConfig cfg;
+    RawProviderOptions cfg;
     cfg.command = {"sh", "-c", "sleep 2; exit 1"};
     cfg.warm_pool_size = 1;
     auto p = provider(cfg);
     run([&]() -> asio::awaitable<void> {
         GetOrCreateOptions o;
         o.sandbox_id = "dies";
-        auto sb = co_await p->get_or_create(o);
+        auto sb = co_await p->get_or_create_pod(o);
         EXPECT_TRUE(sb) << sb.error().describe();
         auto filled = co_await p->ensure_warm_pool();
         EXPECT_TRUE(filled && *filled == 1);
@@ -979,7 +979,7 @@ TEST_F(RawProviderTest, CleanupReapsDeadPodsAndFailedWarmPods) {
 // spared: a creation may be in flight).
 TEST_F(RawProviderTest, CleanupSweepsOrphanPoliciesAndNamespaces) {
     auto shared = provider();
-    RawProviderConfig per_cfg;
+    RawProviderOptions per_cfg;
     per_cfg.namespace_per_sandbox = true;
     auto per = provider(per_cfg);
     run([&]() -> asio::awaitable<void> {
@@ -1045,7 +1045,7 @@ TEST_F(RawProviderTest, NetworkPolicyIsOwnedByItsPod) {
     run([&]() -> asio::awaitable<void> {
         GetOrCreateOptions o;
         o.sandbox_id = "owned";
-        auto sb = co_await p->get_or_create(o);
+        auto sb = co_await p->get_or_create_pod(o);
         EXPECT_TRUE(sb) << sb.error().describe();
         if (!sb) co_return;
         const ResourcePath pp = pods("default").with_name((*sb)->pod_name());
@@ -1082,7 +1082,7 @@ TEST_F(RawProviderTest, NetworkPolicyIsOwnedByItsPod) {
 // Review 5: the readiness wait has its own deadline: a server that does not answer the watch
 // (or ignores timeoutSeconds) cannot hold get_or_create past the startup timeout.
 TEST_F(RawProviderTest, ReadinessWaitHonoursTheStartupTimeoutWhenTheServerStalls) {
-    RawProviderConfig cfg;
+    RawProviderOptions cfg;
     cfg.startup_timeout = 4s;
     auto p = provider(cfg);
     FaultRule rule;
@@ -1096,7 +1096,7 @@ TEST_F(RawProviderTest, ReadinessWaitHonoursTheStartupTimeoutWhenTheServerStalls
         GetOrCreateOptions o;
         o.sandbox_id = "stalled-watch";
         auto t0 = std::chrono::steady_clock::now();
-        auto sb = co_await p->get_or_create(o);
+        auto sb = co_await p->get_or_create_pod(o);
         auto took = std::chrono::steady_clock::now() - t0;
         cluster_->clear_faults();
         EXPECT_LT(took, 12s) << "the readiness wait ignored its deadline";
@@ -1113,9 +1113,9 @@ TEST_F(RawProviderTest, ReadinessWaitHonoursTheStartupTimeoutWhenTheServerStalls
 
 // Review 6: warm pods of another config (image here) are neither counted nor claimed.
 TEST_F(RawProviderTest, WarmPodsOfAnotherConfigAreNeverClaimed) {
-    RawProviderConfig cfg_a;
+    RawProviderOptions cfg_a;
     cfg_a.warm_pool_size = 1;
-    RawProviderConfig cfg_b = cfg_a;
+    RawProviderOptions cfg_b = cfg_a;
     cfg_b.image = "debian:12";
     auto a = provider(cfg_a);
     auto b = provider(cfg_b);
@@ -1132,13 +1132,13 @@ TEST_F(RawProviderTest, WarmPodsOfAnotherConfigAreNeverClaimed) {
             if (!got) co_return std::string();
             co_return std::string((*got)["spec"].as_object()["containers"].as_array()[0].as_object()["image"].as_string());
         };
-        auto sb = co_await b->get_or_create();
+        auto sb = co_await b->get_or_create_pod();
         EXPECT_TRUE(sb) << sb.error().describe();
         if (sb) {
             auto img = co_await image_of((*sb)->pod_name());
             EXPECT_EQ(img, "debian:12");
         }
-        auto sa = co_await a->get_or_create();
+        auto sa = co_await a->get_or_create_pod();
         EXPECT_TRUE(sa) << sa.error().describe();
         if (sa) {
             auto img = co_await image_of((*sa)->pod_name());
@@ -1167,7 +1167,7 @@ TEST_F(RawProviderTest, WarmPodsOfAnotherConfigAreNeverClaimed) {
 // Review 7: whoever reconnects to (or adopts) a sandbox gets it only after its creator's
 // setup_script finished; a pod that is not ours is refused, never adopted or deleted.
 TEST_F(RawProviderTest, ReconnectWaitsForTheCreatorsSetupAndRefusesForeignPods) {
-    RawProviderConfig cfg;
+    RawProviderOptions cfg;
     cfg.setup_script = "sleep 3; echo ready > /workspace/setup-marker";
     auto a = provider(cfg);
     auto b = provider(cfg);
@@ -1177,7 +1177,7 @@ TEST_F(RawProviderTest, ReconnectWaitsForTheCreatorsSetupAndRefusesForeignPods) 
         auto use = [&](RawProvider* p, std::string* out) -> asio::awaitable<void> {
             GetOrCreateOptions o;
             o.sandbox_id = "setup-wait";
-            auto sb = co_await p->get_or_create(o);
+            auto sb = co_await p->get_or_create_pod(o);
             if (sb) {
                 auto r = co_await (*sb)->execute("cat /workspace/setup-marker");
                 if (r) *out = r->output;
@@ -1205,7 +1205,7 @@ TEST_F(RawProviderTest, ReconnectWaitsForTheCreatorsSetupAndRefusesForeignPods) 
         EXPECT_TRUE(made) << made.error().describe();
         GetOrCreateOptions o;
         o.sandbox_id = "foreign-one";
-        auto sb = co_await a->get_or_create(o);
+        auto sb = co_await a->get_or_create_pod(o);
         EXPECT_FALSE(sb) << "a foreign pod was adopted";
         if (!sb) {
             EXPECT_TRUE(sb.error().is(errc::already_exists)) << sb.error().describe();
@@ -1225,14 +1225,14 @@ TEST_F(RawProviderTest, ReconnectWaitsForTheCreatorsSetupAndRefusesForeignPods) 
 
 // Review 8: a dead pod under a deterministic id is replaced instead of blocking the id forever.
 TEST_F(RawProviderTest, DeadPodWithTheIdIsReplaced) {
-    RawProviderConfig dying;
+    RawProviderOptions dying;
     dying.command = {"sh", "-c", "sleep 2; exit 1"};
     auto a = provider(dying);
     auto b = provider();
     run([&]() -> asio::awaitable<void> {
         GetOrCreateOptions o;
         o.sandbox_id = "phoenix";
-        auto first = co_await a->get_or_create(o);
+        auto first = co_await a->get_or_create_pod(o);
         EXPECT_TRUE(first) << first.error().describe();
         if (!first) co_return;
         const ResourcePath pp = pods("default").with_name((*first)->pod_name());
@@ -1246,7 +1246,7 @@ TEST_F(RawProviderTest, DeadPodWithTheIdIsReplaced) {
             co_await sleep_for(200ms);
         }
         EXPECT_FALSE(old_uid.empty()) << "the pod did not die";
-        auto second = co_await b->get_or_create(o);
+        auto second = co_await b->get_or_create_pod(o);
         EXPECT_TRUE(second) << second.error().describe();
         if (second) {
             auto out = co_await (*second)->execute("echo alive");
@@ -1271,7 +1271,7 @@ TEST_F(RawProviderTest, DeadPodWithTheIdIsReplaced) {
 
 // Review 9: list() without a limit is paged too (100 per page), so its cursor works.
 TEST_F(RawProviderTest, ListWithoutLimitIsPaged) {
-    RawProviderConfig cfg;
+    RawProviderOptions cfg;
     cfg.namespace_name = "paging-test";
     auto p = provider(cfg);
     run([&]() -> asio::awaitable<void> {

@@ -1,6 +1,6 @@
-// KubernetesSandbox and KubeClient against the embedded local cluster: real pods, real exec
+// PodExecSandbox and KubeClient against the embedded local cluster: real pods, real exec
 // WebSockets, real faults injected into the API server.
-#include <kubesandbox/kubernetes_sandbox.hpp>
+#include <kubesandbox/pod_exec_sandbox.hpp>
 #include <kubesandbox/local_cluster.hpp>
 #include <kubesandbox/raw_provider.hpp>
 
@@ -56,7 +56,7 @@ protected:
     void TearDown() override { cluster_->clear_faults(); }
 
     RawProvider provider(std::string image = "busybox") {
-        RawProviderConfig cfg;
+        RawProviderOptions cfg;
         cfg.image = std::move(image);
         cfg.startup_timeout = 60s;
         return RawProvider(KubeClient(io_.get_executor(), cluster_->kube_config()), cfg);
@@ -76,7 +76,7 @@ protected:
 TEST_F(SandboxTest, ExitCodesAndOutputComposition) {
     auto p = provider();
     run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create();
+        auto sb = co_await p.get_or_create_pod();
         EXPECT_TRUE(sb.has_value());
         if (!sb) co_return;
         auto& s = **sb;
@@ -101,7 +101,7 @@ TEST_F(SandboxTest, ExitCodesAndOutputComposition) {
 TEST_F(SandboxTest, LargeOutputIsCappedOnUtf8BoundaryAndDrained) {
     auto p = provider();
     run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create();
+        auto sb = co_await p.get_or_create_pod();
         EXPECT_TRUE(sb.has_value());
         if (!sb) co_return;
         // 20 MB through the default 1 MiB cap: truncated, and the exit status still arrives.
@@ -113,9 +113,9 @@ TEST_F(SandboxTest, LargeOutputIsCappedOnUtf8BoundaryAndDrained) {
             EXPECT_EQ(big->exit_code, 3);
         }
         // A 5-byte cap over two-byte characters cuts after the second character, not inside one.
-        KubernetesSandboxOptions small;
+        PodExecSandboxOptions small;
         small.max_output_bytes = 5;
-        KubernetesSandbox capped(client(), (*sb)->namespace_name(), (*sb)->pod_name(), small);
+        PodExecSandbox capped(client(), (*sb)->namespace_name(), (*sb)->pod_name(), small);
         auto utf8 = co_await capped.execute("printf '\\303\\251\\303\\251\\303\\251'");
         EXPECT_TRUE(utf8 && utf8->output == "\xc3\xa9\xc3\xa9" && utf8->truncated);
         co_await p.delete_sandbox((*sb)->pod_name());
@@ -125,7 +125,7 @@ TEST_F(SandboxTest, LargeOutputIsCappedOnUtf8BoundaryAndDrained) {
 TEST_F(SandboxTest, TimeoutReturns124AndKillsTheRemoteProcesses) {
     auto p = provider();
     run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create();
+        auto sb = co_await p.get_or_create_pod();
         EXPECT_TRUE(sb.has_value());
         if (!sb) co_return;
         auto start = std::chrono::steady_clock::now();
@@ -147,8 +147,8 @@ TEST_F(SandboxTest, TimeoutReturns124AndKillsTheRemoteProcesses) {
                 EXPECT_EQ(ps->output.find(left), std::string::npos) << left << " survived:\n" << ps->output;
         }
         // run() (the CLI's exec) kills on timeout too, and keeps the streams apart.
-        KubernetesSandboxOptions opts;
-        KubernetesSandbox raw(client(), (*sb)->namespace_name(), (*sb)->pod_name(), opts);
+        PodExecSandboxOptions opts;
+        PodExecSandbox raw(client(), (*sb)->namespace_name(), (*sb)->pod_name(), opts);
         std::vector<std::string> argv{"sh", "-c", "echo out; echo err >&2; setsid sleep 307 & sleep 308"};
         std::string no_input;
         auto rr = co_await raw.run(argv, no_input, std::chrono::seconds(1));
@@ -169,7 +169,7 @@ TEST_F(SandboxTest, TimeoutReturns124AndKillsTheRemoteProcesses) {
 TEST_F(SandboxTest, FilesRoundTripByteExactWithHostileNames) {
     auto p = provider();
     run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create();
+        auto sb = co_await p.get_or_create_pod();
         EXPECT_TRUE(sb.has_value());
         if (!sb) co_return;
         std::string all_bytes;
@@ -228,14 +228,14 @@ TEST_F(SandboxTest, FilesRoundTripByteExactWithHostileNames) {
 TEST_F(SandboxTest, StdinStreamsThroughV5Close) {
     auto p = provider();
     run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create();
+        auto sb = co_await p.get_or_create_pod();
         EXPECT_TRUE(sb.has_value());
         if (!sb) co_return;
         std::string input(3 * 1024 * 1024 + 7, 'z');
         input[12345] = '\0';
-        KubernetesSandboxOptions opts;
+        PodExecSandboxOptions opts;
         opts.max_output_bytes = 8 * 1024 * 1024;
-        KubernetesSandbox raw(client(), (*sb)->namespace_name(), (*sb)->pod_name(), opts);
+        PodExecSandbox raw(client(), (*sb)->namespace_name(), (*sb)->pod_name(), opts);
         std::vector<std::string> argv{"cat"};
         auto r = co_await raw.run(argv, input, std::chrono::seconds(60));
         EXPECT_TRUE(r.has_value());
@@ -251,7 +251,7 @@ TEST_F(SandboxTest, StdinStreamsThroughV5Close) {
 TEST_F(SandboxTest, PodDeletedMidCommandIsATypedErrorNotAHang) {
     auto p = provider();
     run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create();
+        auto sb = co_await p.get_or_create_pod();
         EXPECT_TRUE(sb.has_value());
         if (!sb) co_return;
         auto kc = client();
@@ -329,7 +329,10 @@ TEST_F(SandboxTest, ClientRetriesIdempotentRequestsOnInjectedFaults) {
         CreateOptions idem;
         idem.idempotent = true;
         auto again = co_await kc.create(cms, cm3, idem);
-        EXPECT_TRUE(again.has_value() || again.error().is(errc::already_exists));
+        EXPECT_TRUE(again.has_value()) << "the retried create must return our object: " << again.error().describe();
+        if (again) EXPECT_EQ(again->at("metadata").at("name").as_string(), "fixed-name");
+        auto one = co_await kc.get(cms.with_name("fixed-name"));
+        EXPECT_TRUE(one.has_value());
         co_await kc.remove(cms.with_name("fault-probe"));
         co_await kc.remove(cms.with_name("fixed-name"));
     });

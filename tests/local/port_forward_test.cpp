@@ -2,7 +2,7 @@
 // echo server on 127.0.0.1 (pod_pid 0 = the host network namespace).
 #include "local/port_forward.hpp"
 #include "proto/channel_protocol.hpp"
-#include "proto/spdy.hpp"
+#include "local/spdy.hpp"
 
 #include <gtest/gtest.h>
 
@@ -32,7 +32,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace websocket = beast::websocket;
 namespace ks = kubesandbox;
-namespace spdy = ks::proto::spdy;
+namespace spdy = ks::local::spdy;
 using tcp = asio::ip::tcp;
 using namespace std::string_literals;
 

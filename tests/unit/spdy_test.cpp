@@ -1,9 +1,9 @@
-#include "proto/spdy.hpp"
+#include "local/spdy.hpp"
 
 #include <gtest/gtest.h>
 
 namespace ks = kubesandbox;
-namespace spdy = kubesandbox::proto::spdy;
+namespace spdy = kubesandbox::local::spdy;
 using ks::errc;
 using namespace std::string_literals;
 

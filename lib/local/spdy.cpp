@@ -1,4 +1,4 @@
-#include "proto/spdy.hpp"
+#include "local/spdy.hpp"
 
 #include <zlib.h>
 
@@ -6,7 +6,7 @@
 #include <array>
 #include <cstring>
 
-namespace kubesandbox::proto::spdy {
+namespace kubesandbox::local::spdy {
 
 namespace {
 
@@ -415,4 +415,4 @@ std::string Encoder::window_update(std::uint32_t stream_id, std::uint32_t delta)
     return out;
 }
 
-}  // namespace kubesandbox::proto::spdy
+}  // namespace kubesandbox::local::spdy

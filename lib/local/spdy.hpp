@@ -15,7 +15,7 @@
 #include <variant>
 #include <vector>
 
-namespace kubesandbox::proto::spdy {
+namespace kubesandbox::local::spdy {
 
 inline constexpr std::uint16_t version = 3;
 inline constexpr std::uint32_t max_data_length = (1u << 24) - 1;
@@ -193,4 +193,4 @@ private:
     HeaderDeflater deflater_;
 };
 
-}  // namespace kubesandbox::proto::spdy
+}  // namespace kubesandbox::local::spdy

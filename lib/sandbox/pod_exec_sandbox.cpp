@@ -1,4 +1,4 @@
-#include <kubesandbox/kubernetes_sandbox.hpp>
+#include <kubesandbox/pod_exec_sandbox.hpp>
 
 #include "kube/client_impl.hpp"
 #include "kube/exec_session.hpp"
@@ -134,7 +134,7 @@ ExecuteResponse compose_response(kube::ExecOutcome& outcome, std::size_t cap) {
     return r;
 }
 
-kube::ExecTarget make_target(const KubernetesSandbox& sandbox, std::vector<std::string> argv, bool with_stdin) {
+kube::ExecTarget make_target(const PodExecSandbox& sandbox, std::vector<std::string> argv, bool with_stdin) {
     kube::ExecTarget target;
     target.namespace_name = sandbox.namespace_name();
     target.pod = sandbox.pod_name();
@@ -170,35 +170,35 @@ bool is_absolute_clean_path(std::string_view p) {
 
 }  // namespace
 
-KubernetesSandbox::KubernetesSandbox(KubeClient client, std::string namespace_name, std::string pod_name,
-                                     KubernetesSandboxOptions options)
+PodExecSandbox::PodExecSandbox(KubeClient client, std::string namespace_name, std::string pod_name,
+                                     PodExecSandboxOptions options)
     : client_(std::move(client)),
       namespace_(std::move(namespace_name)),
       pod_(std::move(pod_name)),
       id_(namespace_ + "/" + pod_),
       options_(std::move(options)) {}
 
-KubernetesSandbox::~KubernetesSandbox() = default;
+PodExecSandbox::~PodExecSandbox() = default;
 
 // Steps shared by execute, run and the transfers.
-struct KubernetesSandbox::Internals {
-    static std::vector<std::string> launch_argv(const KubernetesSandbox& self, const std::string& marker, std::vector<std::string> argv) {
+struct PodExecSandbox::Internals {
+    static std::vector<std::string> launch_argv(const PodExecSandbox& self, const std::string& marker, std::vector<std::string> argv) {
         std::vector<std::string> out{self.options_.shell, "-c", launch_script, "sh", marker, self.options_.workdir};
         out.insert(out.end(), std::make_move_iterator(argv.begin()), std::make_move_iterator(argv.end()));
         return out;
     }
 
-    static asio::awaitable<void> kill_marked(KubernetesSandbox& self, std::string marker) {
+    static asio::awaitable<void> kill_marked(PodExecSandbox& self, std::string marker) {
         kube::ExecTarget killer = make_target(self, {self.options_.shell, "-c", kill_script, "sh", std::move(marker)}, false);
         kube::ExecRunOptions kill_run;
         kill_run.max_stdout = 4096;
         kill_run.max_stderr = 4096;
         kill_run.timeout = std::chrono::seconds(30);
         // Best effort: when the pod is gone there is nothing left to kill.
-        co_await kube::run_exec(self.client_.impl(), std::move(killer), std::move(kill_run));
+        co_await kube::run_exec(KubeClientAccess::impl(self.client_), std::move(killer), std::move(kill_run));
     }
 
-    static asio::awaitable<std::optional<Error>> gone_error(KubernetesSandbox& self) {
+    static asio::awaitable<std::optional<Error>> gone_error(PodExecSandbox& self) {
         ResourcePath pod;
         pod.plural = "pods";
         pod.namespace_name = self.namespace_;
@@ -211,7 +211,7 @@ struct KubernetesSandbox::Internals {
         co_return std::nullopt;
     }
 
-    static asio::awaitable<Result<kube::ExecOutcome>> run_marked(KubernetesSandbox& self, std::vector<std::string> argv,
+    static asio::awaitable<Result<kube::ExecOutcome>> run_marked(PodExecSandbox& self, std::vector<std::string> argv,
                                                                   std::string stdin_data, bool with_stdin,
                                                                   std::chrono::seconds limit) {
         const std::string marker = random_marker();
@@ -221,7 +221,7 @@ struct KubernetesSandbox::Internals {
         run.max_stdout = self.options_.max_output_bytes;
         run.max_stderr = self.options_.max_output_bytes;
         if (limit.count() > 0) run.timeout = limit;
-        auto outcome = co_await kube::run_exec(self.client_.impl(), std::move(target), std::move(run));
+        auto outcome = co_await kube::run_exec(KubeClientAccess::impl(self.client_), std::move(target), std::move(run));
         if (self.options_.on_activity) self.options_.on_activity();
         if (!outcome) {
             // A connection that died mid-command: say whether the sandbox itself is gone.
@@ -239,7 +239,7 @@ struct KubernetesSandbox::Internals {
         co_return outcome;
     }
 
-    static asio::awaitable<Result<kube::ExecOutcome>> transfer(KubernetesSandbox& self, std::vector<std::string> argv,
+    static asio::awaitable<Result<kube::ExecOutcome>> transfer(PodExecSandbox& self, std::vector<std::string> argv,
                                                                 std::string stdin_data, bool with_stdin, std::size_t max_stdout) {
         // A transfer is idempotent (the same bytes to the same path, or a read): one retry when the
         // connection broke and the sandbox still exists. The payload is shared, never copied.
@@ -251,7 +251,7 @@ struct KubernetesSandbox::Internals {
             run.max_stdout = max_stdout;
             run.max_stderr = 64 * 1024;
             if (self.options_.default_timeout.count() > 0) run.timeout = self.options_.default_timeout;
-            auto outcome = co_await kube::run_exec(self.client_.impl(), std::move(target), std::move(run));
+            auto outcome = co_await kube::run_exec(KubeClientAccess::impl(self.client_), std::move(target), std::move(run));
             if (outcome) co_return outcome;
             if (auto gone = co_await gone_error(self)) co_return fail(std::move(*gone));
             if (attempt >= 1 || !outcome.error().is(errc::connection_closed)) co_return fail(outcome.error());
@@ -259,7 +259,7 @@ struct KubernetesSandbox::Internals {
     }
 };
 
-asio::awaitable<Result<ExecuteResponse>> KubernetesSandbox::execute(std::string command,
+asio::awaitable<Result<ExecuteResponse>> PodExecSandbox::execute(std::string command,
                                                                     std::optional<std::chrono::seconds> timeout) {
     const std::chrono::seconds limit = timeout.value_or(options_.default_timeout);
     std::vector<std::string> argv{options_.shell, "-c", std::move(command)};
@@ -270,7 +270,7 @@ asio::awaitable<Result<ExecuteResponse>> KubernetesSandbox::execute(std::string 
     co_return compose_response(*outcome, options_.max_output_bytes);
 }
 
-asio::awaitable<Result<RunResponse>> KubernetesSandbox::run(std::vector<std::string> argv, std::string stdin_data,
+asio::awaitable<Result<RunResponse>> PodExecSandbox::run(std::vector<std::string> argv, std::string stdin_data,
                                                             std::optional<std::chrono::seconds> timeout) {
     const std::chrono::seconds limit = timeout.value_or(options_.default_timeout);
     auto outcome = co_await Internals::run_marked(*this, std::move(argv), std::move(stdin_data), true, limit);
@@ -308,7 +308,7 @@ asio::awaitable<void> for_each_bounded(std::size_t n, std::size_t parallel, Work
 
 }  // namespace
 
-asio::awaitable<Result<std::vector<FileUploadResponse>>> KubernetesSandbox::upload_files(
+asio::awaitable<Result<std::vector<FileUploadResponse>>> PodExecSandbox::upload_files(
     std::vector<std::pair<std::string, std::string>> files) {
     std::vector<FileUploadResponse> out(files.size());
     std::optional<Error> fatal;
@@ -339,7 +339,7 @@ asio::awaitable<Result<std::vector<FileUploadResponse>>> KubernetesSandbox::uplo
     co_return out;
 }
 
-asio::awaitable<Result<std::vector<FileDownloadResponse>>> KubernetesSandbox::download_files(std::vector<std::string> paths) {
+asio::awaitable<Result<std::vector<FileDownloadResponse>>> PodExecSandbox::download_files(std::vector<std::string> paths) {
     std::vector<FileDownloadResponse> out(paths.size());
     std::optional<Error> fatal;
     auto one = [&](std::size_t i) -> asio::awaitable<void> {

@@ -13,7 +13,7 @@
 
 namespace kubesandbox {
 
-struct KubernetesSandboxOptions {
+struct PodExecSandboxOptions {
     std::string container{"sandbox"};
     std::string shell{"/bin/sh"};
     std::string workdir{"/workspace"};
@@ -34,16 +34,16 @@ struct RunResponse {
     bool timed_out{};
 };
 
-class KubernetesSandbox final : public Sandbox {
+class PodExecSandbox final : public Sandbox {
 public:
-    KubernetesSandbox(KubeClient client, std::string namespace_name, std::string pod_name,
-                      KubernetesSandboxOptions options);
-    ~KubernetesSandbox() override;
+    PodExecSandbox(KubeClient client, std::string namespace_name, std::string pod_name,
+                      PodExecSandboxOptions options);
+    ~PodExecSandbox() override;
 
     const std::string& id() const override { return id_; }
     const std::string& namespace_name() const { return namespace_; }
     const std::string& pod_name() const { return pod_; }
-    const KubernetesSandboxOptions& options() const { return options_; }
+    const PodExecSandboxOptions& options() const { return options_; }
 
     using Sandbox::execute;
     boost::asio::awaitable<Result<ExecuteResponse>> execute(std::string command,
@@ -66,7 +66,7 @@ private:
     std::string namespace_;
     std::string pod_;
     std::string id_;
-    KubernetesSandboxOptions options_;
+    PodExecSandboxOptions options_;
 };
 
 }  // namespace kubesandbox

@@ -1,0 +1,95 @@
+// Reaping: this provider's expired, dead and abandoned sandboxes, then leftovers whose pod is
+// gone (a crash between creating the policy and the pod, a pod deleted behind our back before
+// its policy had an owner). Which pod to reap is decided by should_reap (pod_state.hpp).
+#include "proto/label_selector.hpp"
+#include "providers/raw/naming.hpp"
+#include "providers/raw/pod_state.hpp"
+#include "providers/raw/state.hpp"
+#include "util/json_access.hpp"
+
+namespace kubesandbox::raw {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using std::chrono::system_clock;
+using util::label_of;
+using util::metadata_of;
+using util::string_at;
+
+namespace {
+
+// Deletes `path` (uid-preconditioned) and records the outcome under `what`.
+asio::awaitable<void> remove_orphan(StatePtr st, ResourcePath path, std::string uid, std::string what,
+                                    CleanupResult& result) {
+    DeleteOptions o;
+    o.precondition_uid = std::move(uid);
+    auto d = co_await st->client.remove(std::move(path), std::move(o));
+    if (d) {
+        if (d->found) result.orphans_deleted.push_back(std::move(what));
+    } else if (!d.error().is(errc::not_found)) {
+        result.errors.push_back(CleanupError{std::move(what), d.error()});
+    }
+}
+
+}  // namespace
+
+asio::awaitable<Result<CleanupResult>> cleanup(StatePtr st, std::optional<std::chrono::seconds> max_idle) {
+    const auto& cfg = st->options;
+    const std::string ours = selector_for(cfg);
+    // Collect every page first (deleting while paging would not change the snapshot anyway).
+    auto listed = co_await list_all(st, list_path(cfg), ours);
+    if (!listed) co_return fail(listed.error());
+    CleanupResult result;
+    auto now = system_clock::now();
+    for (const auto& pod : *listed) {
+        if (being_deleted(pod) || !should_reap(pod, cfg, max_idle, now)) {
+            ++result.kept;
+            continue;
+        }
+        auto info = info_of(pod);
+        std::optional<std::string> label = label_of(pod, keys::sandbox_id);
+        auto d = co_await delete_objects(st, info.namespace_name, info.pod_name, label, true);
+        if (d) result.deleted.push_back(info.id);
+        else result.errors.push_back(CleanupError{info.id, d.error()});
+    }
+
+    // Young leftovers may belong to a creation in flight and are spared.
+    const auto grace = cfg.startup_timeout + std::chrono::seconds(60);
+    auto policies = co_await list_all(st, network_policies_path(list_path(cfg).namespace_name), ours);
+    if (!policies) co_return fail(policies.error());
+    static constexpr std::string_view suffix = "-deny-all";
+    for (const auto& np : *policies) {
+        const auto& m = metadata_of(np);
+        std::string name = string_at(m, "name");
+        std::string ns = string_at(m, "namespace");
+        if (name.size() <= suffix.size() || std::string_view(name).substr(name.size() - suffix.size()) != suffix) continue;
+        auto age = age_of(np, now);
+        if (!age || *age < grace || being_deleted(np)) continue;
+        std::string pod = name.substr(0, name.size() - suffix.size());
+        auto alive = co_await st->client.get(pods_path(ns).with_name(pod));
+        if (alive || !alive.error().is(errc::not_found)) continue;
+        co_await remove_orphan(st, network_policies_path(ns).with_name(name), string_at(m, "uid"),
+                               "networkpolicy " + ns + "/" + name, result);
+    }
+    if (cfg.namespace_per_sandbox) {
+        std::map<std::string, std::string> sel{{keys::managed_by, keys::managed_by_value},
+                                               {keys::namespace_mode, "per-sandbox"}};
+        auto spaces = co_await list_all(st, namespaces_path(), proto::format_label_selector(sel));
+        if (!spaces) co_return fail(spaces.error());
+        for (const auto& nso : *spaces) {
+            std::string name = string_at(metadata_of(nso), "name");
+            auto age = age_of(nso, now);
+            if (name.rfind("ksb-", 0) != 0 || label_of(nso, keys::sandbox_id).empty()) continue;
+            if (!age || *age < grace || being_deleted(nso)) continue;
+            ListOptions lo;
+            lo.limit = 1;
+            auto in_it = co_await st->client.list(pods_path(name), std::move(lo));
+            if (!in_it || !in_it->items.empty()) continue;
+            co_await remove_orphan(st, namespaces_path().with_name(name), string_at(metadata_of(nso), "uid"),
+                                   "namespace " + name, result);
+        }
+    }
+    co_return result;
+}
+
+}  // namespace kubesandbox::raw

@@ -1,0 +1,82 @@
+// Raw provider internals shared by its I/O files: the provider's state (a client, the options
+// and a little memory: the activity debounce table and the refill flag) and the operations
+// the façade composes. Everything else lives in the cluster.
+#pragma once
+
+#include <kubesandbox/kube_client.hpp>
+#include <kubesandbox/raw_provider.hpp>
+
+#include "providers/raw/manifests.hpp"
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/json/object.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace kubesandbox {
+
+struct RawProvider::State {
+    KubeClient client;
+    RawProviderOptions options;
+    std::string config_hash{};  // label value of this configuration's warm pods
+    std::mutex mutex{};         // guards what follows
+    std::unordered_map<std::string, std::chrono::steady_clock::time_point> last_patch{};
+    bool refilling{false};
+    bool refill_again{false};
+
+    State(KubeClient c, RawProviderOptions o);
+};
+
+namespace raw {
+
+using StatePtr = std::shared_ptr<RawProvider::State>;
+using steady_time = std::chrono::steady_clock::time_point;
+
+// readiness.cpp: until the pod is Ready (and, with require_setup, its creator's setup_script
+// done), by watch from `initial`'s resourceVersion; fails fast on terminal states.
+boost::asio::awaitable<Result<void>> wait_ready(StatePtr st, std::string ns, std::string name,
+                                                boost::json::object initial, steady_time deadline, bool require_setup);
+// Until the pod with `uid` is gone (or replaced).
+boost::asio::awaitable<Result<void>> wait_gone(StatePtr st, std::string ns, std::string pod, std::string uid,
+                                               steady_time deadline);
+
+// lifecycle.cpp
+struct CreateOutcome {
+    bool adopted{false};  // someone else created the pod; we waited for its setup
+};
+boost::asio::awaitable<Result<CreateOutcome>> create_and_wait(StatePtr st, std::string name, Identity identity,
+                                                              bool deterministic, bool warm);
+// Removes pod, NetworkPolicy and (optionally) the per-sandbox namespace, only when ours.
+boost::asio::awaitable<Result<bool>> delete_objects(StatePtr st, std::string ns, std::string pod,
+                                                    std::optional<std::string> expected_label, bool remove_namespace);
+boost::asio::awaitable<Result<void>> patch_annotations(StatePtr st, std::string ns, std::string pod,
+                                                       boost::json::object annotations);
+boost::asio::awaitable<Result<void>> patch_activity(StatePtr st, std::string ns, std::string pod);
+boost::asio::awaitable<Result<std::vector<boost::json::object>>> list_all(StatePtr st, ResourcePath path,
+                                                                          std::string selector);
+std::unique_ptr<PodExecSandbox> make_sandbox(const StatePtr& st, const std::string& ns, const std::string& pod,
+                                             const std::string& id);
+void record_activity(const StatePtr& st, const std::string& id);
+
+// warm_pool.cpp
+boost::asio::awaitable<Result<int>> fill_pool(StatePtr st);
+void spawn_refill(const StatePtr& st);
+// A Ready warm pod of this configuration, claimed for the caller: {namespace, pod}; nullopt
+// when none was free.
+boost::asio::awaitable<Result<std::optional<std::pair<std::string, std::string>>>> claim_warm(
+    StatePtr st, std::map<std::string, std::string> user_labels, std::optional<std::int64_t> ttl,
+    std::optional<std::int64_t> ttl_idle);
+
+// cleanup.cpp
+boost::asio::awaitable<Result<CleanupResult>> cleanup(StatePtr st, std::optional<std::chrono::seconds> max_idle);
+
+}  // namespace raw
+}  // namespace kubesandbox

@@ -1,0 +1,129 @@
+// The warm pool: pods of one configuration started ahead of demand (pool-status=warm) and
+// claimed by a resourceVersion-preconditioned PATCH, so two claimers never share one.
+#include "providers/raw/naming.hpp"
+#include "providers/raw/pod_state.hpp"
+#include "providers/raw/state.hpp"
+#include "util/json_access.hpp"
+#include "util/random.hpp"
+#include "util/time_format.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+
+namespace kubesandbox::raw {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using util::annotation_of;
+using util::label_of;
+using util::metadata_of;
+using util::string_at;
+
+namespace {
+
+// Warm pods of this configuration that are alive (starting ones too, or concurrent refills
+// overshoot).
+asio::awaitable<Result<int>> count_warm(StatePtr st) {
+    auto pods = co_await list_all(st, list_path(st->options), warm_selector(st->options, st->config_hash));
+    if (!pods) co_return fail(pods.error());
+    int n = 0;
+    for (const auto& pod : *pods)
+        if (evaluate_sandbox(pod, true).state != PodState::failed) ++n;
+    co_return n;
+}
+
+bool claimed_by(const json::object& pod, const std::string& token) {
+    return label_of(pod, keys::pool_status) == "active" && annotation_of(pod, keys::claim_token) == token;
+}
+
+}  // namespace
+
+asio::awaitable<Result<int>> fill_pool(StatePtr st) {
+    int target = st->options.warm_pool_size;
+    if (target <= 0) co_return 0;
+    auto have = co_await count_warm(st);
+    if (!have) co_return fail(have.error());
+    int created = 0;
+    std::optional<Error> err;
+    for (int i = *have; i < target; ++i) {
+        std::string name = random_pod_name();
+        auto idt = make_identity(st->options, name, {}, std::nullopt, std::nullopt, util::now_rfc3339(true));
+        if (!idt) co_return fail(idt.error());
+        auto r = co_await create_and_wait(st, name, std::move(*idt), false, true);
+        if (r) ++created;
+        else if (!err) err = r.error();
+    }
+    if (created == 0 && err) co_return fail(*err);
+    co_return created;
+}
+
+void spawn_refill(const StatePtr& st) {
+    if (st->options.warm_pool_size <= 0) return;
+    {
+        std::lock_guard lock(st->mutex);
+        if (st->refilling) {
+            st->refill_again = true;  // a claim after the running refill counted: count again
+            return;
+        }
+        st->refilling = true;
+    }
+    auto task = [](StatePtr s) -> asio::awaitable<void> {
+        for (;;) {
+            try {
+                auto r = co_await fill_pool(s);
+                if (!r) s->options.logger.warning("warm pool refill failed: " + r.error().describe());
+            } catch (const std::exception& e) {
+                s->options.logger.warning(std::string("warm pool refill failed: ") + e.what());
+            }
+            std::lock_guard lock(s->mutex);
+            if (!s->refill_again) {
+                s->refilling = false;
+                break;
+            }
+            s->refill_again = false;
+        }
+    };
+    asio::co_spawn(st->client.get_executor(), task(st), asio::detached);
+}
+
+// The claim carries a token unique to this call: when the PATCH went through but its response
+// was lost, the retry's 409 (or the dead connection) is resolved by reading the pod back,
+// instead of being taken for someone else's claim and orphaning the pod.
+asio::awaitable<Result<std::optional<std::pair<std::string, std::string>>>> claim_warm(
+    StatePtr st, std::map<std::string, std::string> user_labels, std::optional<std::int64_t> ttl,
+    std::optional<std::int64_t> ttl_idle) {
+    using Claimed = std::optional<std::pair<std::string, std::string>>;
+    ListOptions lo;
+    lo.label_selector = warm_selector(st->options, st->config_hash);
+    lo.limit = 100;
+    auto page = co_await st->client.list(list_path(st->options), std::move(lo));
+    if (!page) co_return fail(page.error());
+    for (const auto& item : page->items) {
+        if (!item.is_object()) continue;
+        const auto& pod = item.get_object();
+        if (!is_ready(pod) || status_of(pod) != "warm") continue;
+        const auto& m = metadata_of(pod);
+        std::string name = string_at(m, "name");
+        std::string ns = string_at(m, "namespace");  // per-sandbox mode: the pod's own namespace
+        auto now = util::now_rfc3339(true);
+        auto idt = make_identity(st->options, name, user_labels, ttl, ttl_idle, now);
+        if (!idt) co_return fail(idt.error());
+        const std::string token = util::random_hex(16);
+        const ResourcePath path = pods_path(ns).with_name(name);
+        auto r = co_await st->client.patch(path, warm_claim_patch(*idt, string_at(m, "resourceVersion"), token, now),
+                                           PatchType::merge);
+        if (r) {
+            // The precondition guarantees we were the only claimer of that version.
+            if (claimed_by(*r, token)) co_return Claimed(std::make_pair(ns, name));
+            continue;
+        }
+        if (r.error().is(errc::not_found)) continue;
+        auto now_pod = co_await st->client.get(path);
+        if (now_pod && claimed_by(*now_pod, token)) co_return Claimed(std::make_pair(ns, name));  // response lost
+        if (r.error().is(errc::conflict)) continue;  // someone else got it: take the next
+        co_return fail(r.error());
+    }
+    co_return Claimed();
+}
+
+}  // namespace kubesandbox::raw

@@ -1,0 +1,125 @@
+// The objects raw mode creates, checked field by field without a cluster.
+#include "providers/raw/manifests.hpp"
+
+#include <boost/json/serialize.hpp>
+#include <gtest/gtest.h>
+
+namespace {
+using namespace kubesandbox;
+namespace json = boost::json;
+
+TEST(RawManifests, PodIsHardened) {
+    RawProviderOptions o;
+    o.read_only_root_filesystem = true;
+    o.env["A"] = "1";
+    json::object p = raw::build_pod(o, "ksb-a", json::object{{"l", "v"}}, json::object{{"a", "w"}});
+    const auto& spec = p.at("spec").as_object();
+    EXPECT_EQ(spec.at("restartPolicy"), "Never");
+    EXPECT_EQ(spec.at("automountServiceAccountToken"), false);
+    EXPECT_EQ(spec.at("enableServiceLinks"), false);
+    const auto& c = spec.at("containers").as_array().at(0).as_object();
+    EXPECT_EQ(c.at("name"), "sandbox");
+    const auto& sc = c.at("securityContext").as_object();
+    EXPECT_EQ(sc.at("allowPrivilegeEscalation"), false);
+    EXPECT_EQ(sc.at("runAsNonRoot"), true);
+    EXPECT_EQ(sc.at("readOnlyRootFilesystem"), true);
+    EXPECT_EQ(sc.at("capabilities").at("drop").as_array().at(0), "ALL");
+    EXPECT_EQ(sc.at("seccompProfile").at("type"), "RuntimeDefault");
+    // Workdir and /tmp are writable emptyDirs with a read-only root.
+    std::string mounts = json::serialize(c.at("volumeMounts"));
+    EXPECT_NE(mounts.find("\"/workspace\""), std::string::npos) << mounts;
+    EXPECT_NE(mounts.find("\"/tmp\""), std::string::npos) << mounts;
+    EXPECT_EQ(p.at("metadata").at("labels").at("l"), "v");
+}
+
+TEST(RawManifests, OverridesMergeAndUserMountsWin) {
+    RawProviderOptions o;
+    o.pod_template_overrides["hostname"] = "box";
+    o.pod_template_overrides["enableServiceLinks"] = nullptr;  // null deletes
+    json::object m;
+    m["name"] = "mine";
+    m["mountPath"] = "/workspace";
+    o.volume_mounts.push_back(m);
+    json::object p = raw::build_pod(o, "ksb-a", {}, {});
+    const auto& spec = p.at("spec").as_object();
+    EXPECT_EQ(spec.at("hostname"), "box");
+    EXPECT_FALSE(spec.contains("enableServiceLinks"));
+    const auto& mounts = spec.at("containers").as_array().at(0).at("volumeMounts").as_array();
+    ASSERT_EQ(mounts.size(), 1u);
+    EXPECT_EQ(mounts.at(0).at("name"), "mine");
+}
+
+TEST(RawManifests, IdentityValidatesAndRecordsOriginals) {
+    RawProviderOptions o;
+    o.default_ttl_seconds = 600;
+    auto idt = raw::make_identity(o, "Thread A", {{"team", "A B"}}, std::nullopt, 30, "T");
+    ASSERT_TRUE(idt) << idt.error().describe();
+    std::string team(idt->labels.at("kubesandbox.io/team").as_string());
+    EXPECT_EQ(team.rfind("A-B-", 0), 0u) << team;  // sanitised (with a hash: no two values collide)
+    EXPECT_EQ(std::string(idt->labels.at("kubesandbox.io/sandbox-id").as_string()), idt->label);
+    EXPECT_EQ(idt->annotations.at("kubesandbox.io/ttl-seconds"), "600");
+    EXPECT_EQ(idt->annotations.at("kubesandbox.io/ttl-idle-seconds"), "30");
+    EXPECT_EQ(idt->annotations.at("kubesandbox.io/thread-id-original"), "Thread A");
+    EXPECT_EQ(idt->annotations.at("kubesandbox.io/created-at"), "T");
+    EXPECT_NE(idt->annotations.at("kubesandbox.io/labels-original").as_string().find("A B"), std::string::npos);
+
+    auto reserved = raw::make_identity(o, "x", {{"managed-by", "me"}}, std::nullopt, std::nullopt, "T");
+    ASSERT_FALSE(reserved);
+    EXPECT_TRUE(reserved.error().is(errc::invalid_argument));
+    auto invalid = raw::make_identity(o, "x", {{"bad key!", "v"}}, std::nullopt, std::nullopt, "T");
+    ASSERT_FALSE(invalid);
+    EXPECT_TRUE(invalid.error().is(errc::invalid_argument));
+}
+
+TEST(RawManifests, NetworkPolicyDeniesAllAndIsOwned) {
+    RawProviderOptions o;
+    json::object np = raw::build_network_policy(o, "ksb-a", "a", "tok", "uid-1", "T");
+    EXPECT_EQ(np.at("metadata").at("name"), "ksb-a-deny-all");
+    EXPECT_EQ(np.at("spec").at("podSelector").at("matchLabels").at("kubesandbox.io/sandbox-id"), "a");
+    EXPECT_TRUE(np.at("spec").at("ingress").as_array().empty());
+    EXPECT_TRUE(np.at("spec").at("egress").as_array().empty());
+    EXPECT_EQ(np.at("metadata").at("ownerReferences").as_array().at(0).at("uid"), "uid-1");
+    EXPECT_EQ(np.at("metadata").at("annotations").at("kubesandbox.io/creation-token"), "tok");
+    json::object unowned = raw::build_network_policy(o, "ksb-a", "a", "tok", "", "T");
+    EXPECT_FALSE(unowned.at("metadata").as_object().contains("ownerReferences"));
+}
+
+TEST(RawManifests, ConfigHashSeparatesConfigurations) {
+    RawProviderOptions a;
+    RawProviderOptions b;
+    EXPECT_EQ(raw::config_hash(a), raw::config_hash(b));
+    EXPECT_EQ(raw::config_hash(a).size(), 16u);
+    b.image = "other";
+    EXPECT_NE(raw::config_hash(a), raw::config_hash(b));
+    RawProviderOptions c;
+    c.setup_script = "true";
+    EXPECT_NE(raw::config_hash(a), raw::config_hash(c));
+    RawProviderOptions d;
+    d.block_network = false;
+    EXPECT_NE(raw::config_hash(a), raw::config_hash(d));
+}
+
+TEST(RawManifests, WarmClaimIsPreconditioned) {
+    RawProviderOptions o;
+    auto idt = raw::make_identity(o, "ksb-x", {}, std::nullopt, std::nullopt, "T");
+    ASSERT_TRUE(idt);
+    json::object patch = raw::warm_claim_patch(*idt, "42", "tok", "NOW");
+    const auto& md = patch.at("metadata").as_object();
+    EXPECT_EQ(md.at("resourceVersion"), "42");
+    EXPECT_EQ(md.at("labels").at("kubesandbox.io/pool-status"), "active");
+    EXPECT_EQ(md.at("annotations").at("kubesandbox.io/claim-token"), "tok");
+    EXPECT_EQ(md.at("annotations").at("kubesandbox.io/last-activity"), "NOW");
+}
+
+TEST(RawManifests, PerSandboxNamespaceQuotaAndLimits) {
+    RawProviderOptions o;
+    json::object ns = raw::build_namespace("ksb-a", "a", "tok", "T");
+    EXPECT_EQ(ns.at("metadata").at("labels").at("kubesandbox.io/namespace-mode"), "per-sandbox");
+    json::object q = raw::build_resource_quota(o, "a");
+    EXPECT_EQ(q.at("spec").at("hard").at("pods"), "1");
+    EXPECT_EQ(q.at("spec").at("hard").at("limits.memory"), "1Gi");
+    json::object lr = raw::build_limit_range(o, "a");
+    EXPECT_EQ(lr.at("spec").at("limits").as_array().at(0).at("default").at("cpu"), "1000m");
+}
+
+}  // namespace
