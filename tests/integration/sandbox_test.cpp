@@ -330,7 +330,9 @@ TEST_F(SandboxTest, ClientRetriesIdempotentRequestsOnInjectedFaults) {
         idem.idempotent = true;
         auto again = co_await kc.create(cms, cm3, idem);
         EXPECT_TRUE(again.has_value()) << "the retried create must return our object: " << again.error().describe();
-        if (again) EXPECT_EQ(again->at("metadata").at("name").as_string(), "fixed-name");
+        if (again) {
+            EXPECT_EQ(again->at("metadata").at("name").as_string(), "fixed-name");
+        }
         auto one = co_await kc.get(cms.with_name("fixed-name"));
         EXPECT_TRUE(one.has_value());
         co_await kc.remove(cms.with_name("fault-probe"));
