@@ -1,0 +1,291 @@
+// Delete with preconditions, grace periods, garbage collection of dependents and namespace termination.
+#include "local/api_server_impl.hpp"
+#include "util/json_access.hpp"
+#include "util/time_format.hpp"
+#include "local/known_fields.hpp"
+#include "local/kubelet.hpp"
+#include "local/protobuf_objects.hpp"
+#include "local/store.hpp"
+#include "proto/label_selector.hpp"
+#include "proto/patch.hpp"
+#include "proto/status.hpp"
+#include "proto/validation.hpp"
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+#include <boost/url/parse.hpp>
+#include <algorithm>
+#include <charconv>
+#include <ctime>
+#include <list>
+#include <set>
+#include <sstream>
+#include <variant>
+
+namespace kubesandbox::local {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using boost::system::error_code;
+using namespace std::chrono_literals;
+
+ObjectPtr ApiServer::Impl::remove_now(const ResourceType& t, const ObjectKey& key) {
+    auto last = store.remove(t.id(), key);
+    if (!last) return last;
+    if (t.group.empty() && t.plural == "pods") {
+        auto uid = string_at(metadata_of(*last), "uid");
+        if (auto it = pod_grace_timers.find(uid); it != pod_grace_timers.end()) {
+            it->second->cancel();
+            pod_grace_timers.erase(it);
+        }
+        if (kubelet) kubelet->pod_deleted(*last);
+    }
+    collect_dependents(metadata_of(*last), "Background");
+    finish_foreground_owners();
+    return last;
+}
+
+std::vector<ApiServer::Impl::Dependent> ApiServer::Impl::dependents_of(const std::string& uid, const std::string& owner_ns) {
+    std::vector<Dependent> out;
+    for (const auto& t : resource_types()) {
+        for (const auto& [key, obj] : store.objects(t.id())) {
+            if (!owner_ns.empty() && key.ns != owner_ns) continue;
+            auto refs = metadata_of(*obj).if_contains("ownerReferences");
+            if (!refs || !refs->is_array()) continue;
+            for (auto& ref : refs->as_array())
+                if (ref.is_object() && string_at(ref.as_object(), "uid") == uid) {
+                    out.push_back({&t, key});
+                    break;
+                }
+        }
+    }
+    return out;
+}
+
+void ApiServer::Impl::collect_dependents(const json::object& owner_meta, const std::string& policy) {
+    std::string uid = string_at(owner_meta, "uid");
+    std::string ns = string_at(owner_meta, "namespace");
+    for (auto& d : dependents_of(uid, ns)) {
+        auto obj = store.get(d.type->id(), d.key);
+        if (!obj) continue;
+        if (policy == "Orphan") {
+            json::object copy = *obj;
+            auto& refs = copy["metadata"].as_object()["ownerReferences"].as_array();
+            for (auto it = refs.begin(); it != refs.end();)
+                it = (it->is_object() && string_at(it->as_object(), "uid") == uid) ? refs.erase(it) : std::next(it);
+            if (refs.empty()) copy["metadata"].as_object().erase("ownerReferences");
+            store.put(d.type->id(), std::move(copy));
+        } else {
+            DeleteOptions opts;
+            opts.propagation = policy == "Foreground" ? "Foreground" : "Background";
+            delete_object(*d.type, d.key, opts);
+        }
+    }
+}
+
+void ApiServer::Impl::finish_foreground_owners() {
+    bool again = true;
+    while (again) {
+        again = false;
+        for (const auto& t : resource_types()) {
+            for (const auto& [key, obj] : store.objects(t.id())) {
+                if (!has_finalizer(*obj, "foregroundDeletion")) continue;
+                const auto& m = metadata_of(*obj);
+                if (!dependents_of(string_at(m, "uid"), string_at(m, "namespace")).empty()) continue;
+                json::object copy = *obj;
+                remove_finalizer(copy, "foregroundDeletion");
+                ObjectKey k = key;
+                if (has_finalizers(copy)) store.put(t.id(), std::move(copy));
+                else if (t.group.empty() && t.plural == "pods") {
+                    store.put(t.id(), std::move(copy));
+                    continue;
+                } else remove_now(t, k);
+                again = true;
+                break;
+            }
+            if (again) break;
+        }
+    }
+}
+
+ApiServer::Impl::DeleteResult ApiServer::Impl::delete_object(const ResourceType& t, const ObjectKey& key, const DeleteOptions& opts) {
+    auto cur = store.get(t.id(), key);
+    if (!cur) return {};
+    const auto& m = metadata_of(*cur);
+    std::string policy = opts.propagation.empty() ? "Background" : opts.propagation;
+    if (t.group.empty() && t.plural == "namespaces") return {begin_namespace_deletion(key.name), nullptr};
+    if (policy == "Orphan") collect_dependents(m, "Orphan");
+    bool is_pod = t.group.empty() && t.plural == "pods";
+    if (policy == "Foreground" && !dependents_of(string_at(m, "uid"), string_at(m, "namespace")).empty()) {
+        json::object copy = *cur;
+        auto& cm = copy["metadata"].as_object();
+        if (!cm.contains("deletionTimestamp")) cm["deletionTimestamp"] = util::now_rfc3339();
+        if (!has_finalizer(copy, "foregroundDeletion")) {
+            if (!cm.contains("finalizers") || !cm["finalizers"].is_array()) cm["finalizers"] = json::array{};
+            cm["finalizers"].as_array().push_back("foregroundDeletion");
+        }
+        if (t.custom) cm["generation"] = (cm["generation"].is_int64() ? cm["generation"].as_int64() : 1) + 1;
+        auto stored = store.put(t.id(), std::move(copy));
+        collect_dependents(metadata_of(*stored), "Foreground");
+        finish_foreground_owners();
+        return {store.get(t.id(), key), nullptr};
+    }
+    if (is_pod) {
+        std::int64_t grace = 30;
+        auto spec = object_at(*cur, "spec");
+        if (spec) {
+            if (auto g = spec->if_contains("terminationGracePeriodSeconds"); g && g->is_int64()) grace = g->as_int64();
+        }
+        if (opts.grace) grace = *opts.grace;
+        if (grace < 0) grace = 0;
+        std::string phase;
+        if (auto st = object_at(*cur, "status")) phase = string_at(*st, "phase");
+        bool terminal = phase == "Succeeded" || phase == "Failed";
+        if (grace == 0 || terminal) {
+            auto last = remove_now(t, key);
+            return {nullptr, last};
+        }
+        if (m.contains("deletionTimestamp")) return {cur, nullptr};  // already terminating
+        json::object copy = *cur;
+        auto& cm = copy["metadata"].as_object();
+        cm["deletionTimestamp"] = util::format_rfc3339(std::chrono::system_clock::now() + std::chrono::seconds(grace));
+        cm["deletionGracePeriodSeconds"] = grace;
+        auto stored = store.put(t.id(), std::move(copy));
+        std::string uid = string_at(metadata_of(*stored), "uid");
+        auto timer = std::make_shared<asio::steady_timer>(executor, std::chrono::seconds(grace));
+        pod_grace_timers[uid] = timer;
+        timer->async_wait([this, timer, type = &t, key, uid](error_code ec) {
+            if (ec) return;
+            auto p = store.get(type->id(), key);
+            if (p && string_at(metadata_of(*p), "uid") == uid) remove_now(*type, key);
+        });
+        if (kubelet) kubelet->pod_changed(*stored);
+        return {stored, nullptr};
+    }
+    if (has_finalizers(*cur)) {
+        if (m.contains("deletionTimestamp")) return {cur, nullptr};
+        json::object copy = *cur;
+        copy["metadata"].as_object()["deletionTimestamp"] = util::now_rfc3339();
+        return {store.put(t.id(), std::move(copy)), nullptr};
+    }
+    auto last = remove_now(t, key);
+    return {nullptr, last};
+}
+
+ObjectPtr ApiServer::Impl::begin_namespace_deletion(const std::string& name) {
+    auto cur = store.get("namespaces", {"", name});
+    if (!cur) return cur;
+    if (metadata_of(*cur).contains("deletionTimestamp")) return cur;
+    json::object copy = *cur;
+    copy["metadata"].as_object()["deletionTimestamp"] = util::now_rfc3339();
+    copy["status"] = json::object{{"phase", "Terminating"}};
+    auto stored = store.put("namespaces", std::move(copy));
+    // Content goes away asynchronously, as in a real cluster.
+    asio::post(executor, [this, name] { purge_namespace(name); });
+    return stored;
+}
+
+void ApiServer::Impl::purge_namespace(const std::string& name) {
+    if (stopping) return;
+    bool waiting = false;
+    for (const auto& t : resource_types()) {
+        if (!t.namespaced) continue;
+        std::vector<ObjectKey> keys;
+        for (const auto& [key, obj] : store.objects(t.id()))
+            if (key.ns == name) keys.push_back(key);
+        for (auto& key : keys) {
+            DeleteOptions opts;
+            opts.propagation = "Background";
+            auto res = delete_object(t, key, opts);
+            if (res.remaining) {
+                // Finalizers of other controllers: we own none of them, so drop them.
+                json::object copy = *res.remaining;
+                if (!(t.group.empty() && t.plural == "pods")) {
+                    copy["metadata"].as_object().erase("finalizers");
+                    store.put(t.id(), std::move(copy));
+                    remove_now(t, key);
+                } else {
+                    waiting = true;
+                }
+            }
+        }
+    }
+    if (waiting) {
+        auto timer = std::make_shared<asio::steady_timer>(executor, 200ms);
+        timer->async_wait([this, timer, name](error_code ec) {
+            if (!ec) purge_namespace(name);
+        });
+        return;
+    }
+    store.remove("namespaces", {"", name});
+}
+
+std::variant<DeleteOptions, Response> ApiServer::Impl::delete_options(const Request& req) {
+    DeleteOptions opts;
+    if (auto g = int_param(req.query, "gracePeriodSeconds")) opts.grace = *g;
+    if (auto it = req.query.find("propagationPolicy"); it != req.query.end()) opts.propagation = it->second;
+    if (auto it = req.query.find("orphanDependents"); it != req.query.end())
+        opts.propagation = it->second == "true" ? "Orphan" : "Background";
+    opts.dry_run = dry_run(req);
+    if (!req.msg.body().empty()) {
+        error_code ec;
+        json::value v = json::parse(req.msg.body(), ec);
+        if (ec || !v.is_object()) return bad_request("the server rejected our request due to an error in our request: invalid DeleteOptions body");
+        auto& o = v.as_object();
+        if (auto g = o.if_contains("gracePeriodSeconds"); g && g->is_int64()) opts.grace = g->as_int64();
+        if (auto p = o.if_contains("propagationPolicy"); p && p->is_string()) opts.propagation = p->as_string();
+        if (auto p = o.if_contains("orphanDependents"); p && p->is_bool())
+            opts.propagation = p->as_bool() ? "Orphan" : "Background";
+        if (auto pre = object_at(o, "preconditions")) {
+            opts.precondition_uid = string_at(*pre, "uid");
+            opts.precondition_rv = string_at(*pre, "resourceVersion");
+        }
+        if (auto d = o.if_contains("dryRun"); d && d->is_array() && !d->as_array().empty()) opts.dry_run = true;
+    }
+    if (!opts.propagation.empty() && opts.propagation != "Orphan" && opts.propagation != "Background" &&
+        opts.propagation != "Foreground")
+        return bad_request("propagationPolicy: Unsupported value: \"" + opts.propagation + "\"");
+    return opts;
+}
+
+Response ApiServer::Impl::delete_item(const Request& req, const Route& r) {
+    const ResourceType& t = *r.type;
+    auto parsed = delete_options(req);
+    if (auto* resp = std::get_if<Response>(&parsed)) return *resp;
+    auto opts = std::get<DeleteOptions>(parsed);
+    auto cur = store.get(t.id(), {r.ns, r.name});
+    if (!cur) return not_found(t, r.name);
+    const auto& m = metadata_of(*cur);
+    if (!opts.precondition_uid.empty() && opts.precondition_uid != string_at(m, "uid"))
+        return conflict(t, r.name, "Precondition failed: UID in precondition: " + opts.precondition_uid +
+                                       ", UID in object meta: " + string_at(m, "uid"));
+    if (!opts.precondition_rv.empty() && opts.precondition_rv != string_at(m, "resourceVersion"))
+        return conflict(t, r.name, "Precondition failed: ResourceVersion in precondition: " + opts.precondition_rv +
+                                       ", ResourceVersion in object meta: " + string_at(m, "resourceVersion"));
+    if (t.group.empty() && t.plural == "namespaces" &&
+        (r.name == "default" || r.name == "kube-system" || r.name == "kube-public"))
+        return status_response(403, "Forbidden",
+                               "namespaces \"" + r.name + "\" is forbidden: this namespace may not be deleted",
+                               res_details(t, r.name));
+    if (opts.dry_run) return json_response(200, present(t, r.version, *cur));
+    auto res = delete_object(t, {r.ns, r.name}, opts);
+    if (res.remaining) return json_response(200, present(t, r.version, *res.remaining));
+    if (t.custom) {
+        proto::StatusDetails d = res_details(t, r.name);
+        auto st = proto::make_success_status(d);
+        st["details"].as_object()["uid"] = string_at(m, "uid");
+        return json_response(200, st);
+    }
+    return json_response(200, present(t, r.version, res.removed ? *res.removed : *cur));
+}
+
+}  // namespace kubesandbox::local

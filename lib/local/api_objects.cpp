@@ -1,0 +1,553 @@
+// Create, update and patch with validation and defaulting, and the watch fan-out.
+#include "local/api_server_impl.hpp"
+#include "util/json_access.hpp"
+#include "util/time_format.hpp"
+#include "local/known_fields.hpp"
+#include "local/kubelet.hpp"
+#include "local/protobuf_objects.hpp"
+#include "local/store.hpp"
+#include "proto/label_selector.hpp"
+#include "proto/patch.hpp"
+#include "proto/status.hpp"
+#include "proto/validation.hpp"
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+#include <boost/url/parse.hpp>
+#include <algorithm>
+#include <charconv>
+#include <ctime>
+#include <list>
+#include <set>
+#include <sstream>
+#include <variant>
+
+namespace kubesandbox::local {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using boost::system::error_code;
+using namespace std::chrono_literals;
+
+ApiServer::Impl::Impl(asio::any_io_executor ex, ApiServerOptions opts, FaultList& f)
+    : executor(std::move(ex)), options(std::move(opts)), faults(f) {
+    store.on_event = [this](const StoreEvent& ev) { dispatch_event(ev); };
+    for (const char* ns : {"default", "kube-system", "kube-public", "kube-node-lease"}) {
+        json::object o{{"apiVersion", "v1"},
+                       {"kind", "Namespace"},
+                       {"metadata", json::object{{"name", ns}}},
+                       {"spec", json::object{{"finalizers", json::array{"kubernetes"}}}},
+                       {"status", json::object{{"phase", "Active"}}}};
+        stamp_new(o);
+        o["metadata"].as_object()["labels"] = json::object{{"kubernetes.io/metadata.name", ns}};
+        store.put("namespaces", std::move(o));
+    }
+}
+
+void ApiServer::Impl::stamp_new(json::object& o) {
+    auto& m = o["metadata"].as_object();
+    m["uid"] = new_uid();
+    m["creationTimestamp"] = util::now_rfc3339();
+}
+
+json::object ApiServer::Impl::present(const ResourceType& t, const std::string& version, const json::object& o) const {
+    json::object out = o;
+    out["apiVersion"] = t.api_version(version);
+    out["kind"] = t.kind;
+    return out;
+}
+
+bool ApiServer::Impl::in_scope(const Watcher& w, const json::object& o) const {
+    if (!w.ns.empty() && string_at(metadata_of(o), "namespace") != w.ns) return false;
+    auto labels = object_at(metadata_of(o), "labels");
+    return w.labels.matches(labels) && w.fields.matches(o);
+}
+
+std::string ApiServer::Impl::event_line(Watcher& w, std::string_view type, const json::object& o) const {
+    json::object ev{{"type", type}, {"object", present(*w.type, w.version, o)}};
+    if (w.table) {
+        auto table = to_table(*w.type, {ev["object"].as_object()}, w.include_object,
+                              json::object{{"resourceVersion", string_at(metadata_of(o), "resourceVersion")}});
+        if (w.columns_sent) table["columnDefinitions"] = json::array{};
+        w.columns_sent = true;
+        ev["object"] = std::move(table);
+    }
+    return json::serialize(ev) + "\n";
+}
+
+void ApiServer::Impl::feed(Watcher& w, const StoreEvent& ev) {
+    if (ev.resource != w.type->id()) return;
+    bool old_match = ev.previous && in_scope(w, *ev.previous);
+    if (ev.type == "DELETED") {
+        if (old_match) w.queue.push_back(event_line(w, "DELETED", *ev.object));
+        return;
+    }
+    bool new_match = in_scope(w, *ev.object);
+    if (old_match && new_match) w.queue.push_back(event_line(w, "MODIFIED", *ev.object));
+    else if (new_match) w.queue.push_back(event_line(w, "ADDED", *ev.object));
+    else if (old_match) {
+        // Stopped matching: the previous content with the new resourceVersion.
+        json::object prev = *ev.previous;
+        prev["metadata"].as_object()["resourceVersion"] = std::to_string(ev.rv);
+        w.queue.push_back(event_line(w, "DELETED", prev));
+    }
+}
+
+void ApiServer::Impl::dispatch_event(const StoreEvent& ev) {
+    for (auto& w : watchers) {
+        std::size_t before = w->queue.size();
+        feed(*w, ev);
+        if (w->queue.size() != before) w->signal.cancel();
+    }
+}
+
+std::optional<Response> ApiServer::Impl::check_namespace_for_create(const ResourceType& t, const std::string& ns,
+                                                   const std::string& name) {
+    auto nso = store.get("namespaces", {"", ns});
+    if (!nso) {
+        return status_response(404, "NotFound", "namespaces \"" + ns + "\" not found",
+                               res_details(ns_type(), ns));
+    }
+    if (metadata_of(*nso).contains("deletionTimestamp")) {
+        proto::StatusDetails d = res_details(t, name);
+        d.causes.push_back({"NamespaceTerminating", "namespace " + ns + " is being terminated", "metadata.namespace"});
+        return status_response(403, "Forbidden",
+                               qualified_plural(t) + " \"" + name +
+                                   "\" is forbidden: unable to create new content in namespace " + ns +
+                                   " because it is being terminated",
+                               d);
+    }
+    return std::nullopt;
+}
+
+std::vector<StatusCause> ApiServer::Impl::validate_pod_spec(const json::object& o) {
+    std::vector<StatusCause> causes;
+    auto spec = object_at(o, "spec");
+    const json::value* containers = spec ? spec->if_contains("containers") : nullptr;
+    if (!containers || !containers->is_array() || containers->as_array().empty()) {
+        causes.push_back({"FieldValueRequired", "Required value", "spec.containers"});
+        return causes;
+    }
+    std::set<std::string> names;
+    std::size_t i = 0;
+    for (const auto& c : containers->as_array()) {
+        std::string prefix = "spec.containers[" + std::to_string(i++) + "]";
+        if (!c.is_object()) {
+            causes.push_back({"FieldValueInvalid", "Invalid value: must be an object", prefix});
+            continue;
+        }
+        std::string name = string_at(c.as_object(), "name");
+        if (name.empty()) causes.push_back({"FieldValueRequired", "Required value", prefix + ".name"});
+        else {
+            for (auto& m : proto::validate_dns1123_label(name))
+                causes.push_back({"FieldValueInvalid", "Invalid value: " + proto::go_quote(name) + ": " + m,
+                                  prefix + ".name"});
+            if (!names.insert(name).second)
+                causes.push_back({"FieldValueDuplicate", "Duplicate value: " + proto::go_quote(name), prefix + ".name"});
+        }
+        if (string_at(c.as_object(), "image").empty())
+            causes.push_back({"FieldValueRequired", "Required value", prefix + ".image"});
+    }
+    return causes;
+}
+
+void ApiServer::Impl::default_pod(json::object& o) {
+    auto& spec = o["spec"].as_object();
+    if (!spec.contains("restartPolicy")) spec["restartPolicy"] = "Always";
+    if (!spec.contains("terminationGracePeriodSeconds")) spec["terminationGracePeriodSeconds"] = 30;
+    if (!spec.contains("dnsPolicy")) spec["dnsPolicy"] = "ClusterFirst";
+    if (!spec.contains("schedulerName")) spec["schedulerName"] = "default-scheduler";
+    if (!spec.contains("serviceAccountName")) spec["serviceAccountName"] = "default";
+    if (!spec.contains("securityContext")) spec["securityContext"] = json::object{};
+    if (!spec.contains("enableServiceLinks")) spec["enableServiceLinks"] = true;
+    if (!spec.contains("priority")) spec["priority"] = 0;
+    spec["nodeName"] = spec.contains("nodeName") ? spec["nodeName"] : json::value("local");
+    if (auto cs = spec.if_contains("containers"); cs && cs->is_array())
+        for (auto& c : cs->as_array()) {
+            auto& co = c.as_object();
+            if (!co.contains("imagePullPolicy")) {
+                std::string image = string_at(co, "image");
+                bool latest = image.find(':') == std::string::npos || image.ends_with(":latest");
+                co["imagePullPolicy"] = latest ? "Always" : "IfNotPresent";
+            }
+            if (!co.contains("terminationMessagePath")) co["terminationMessagePath"] = "/dev/termination-log";
+            if (!co.contains("terminationMessagePolicy")) co["terminationMessagePolicy"] = "File";
+            if (!co.contains("resources")) co["resources"] = json::object{};
+        }
+    std::string now = util::now_rfc3339();
+    json::object status{{"phase", "Pending"},
+                        {"qosClass", "BestEffort"},
+                        {"conditions", json::array{json::object{{"type", "PodScheduled"},
+                                                                {"status", "True"},
+                                                                {"lastProbeTime", nullptr},
+                                                                {"lastTransitionTime", now}}}}};
+    o["status"] = status;
+}
+
+void ApiServer::Impl::default_object(const ResourceType& t, json::object& o) {
+    if (!t.group.empty()) return;
+    if (t.plural == "pods") default_pod(o);
+    else if (t.plural == "namespaces") {
+        o["spec"] = json::object{{"finalizers", json::array{"kubernetes"}}};
+        o["status"] = json::object{{"phase", "Active"}};
+        auto& m = o["metadata"].as_object();
+        if (!m.contains("labels") || !m["labels"].is_object()) m["labels"] = json::object{};
+        m["labels"].as_object()["kubernetes.io/metadata.name"] = m["name"];
+    } else if (t.plural == "services") {
+        if (!o.contains("spec") || !o["spec"].is_object()) o["spec"] = json::object{};
+        auto& spec = o["spec"].as_object();
+        if (!spec.contains("type")) spec["type"] = "ClusterIP";
+        if (!spec.contains("clusterIP")) {
+            std::uint64_t n = store.resource_version();
+            spec["clusterIP"] = "10.96." + std::to_string((n / 250) % 250) + "." + std::to_string(n % 250 + 1);
+        }
+        if (!spec.contains("sessionAffinity")) spec["sessionAffinity"] = "None";
+        if (!o.contains("status")) o["status"] = json::object{{"loadBalancer", json::object{}}};
+    } else if (t.plural == "serviceaccounts" || t.plural == "configmaps") {
+    } else if (t.plural == "secrets") {
+        if (!o.contains("type")) o["type"] = "Opaque";
+    }
+}
+
+std::variant<json::object, Response> ApiServer::Impl::parse_body(const Request& req, bool allow_yaml) {
+    std::string ct(req.msg[http::field::content_type]);
+    auto semi = ct.find(';');
+    std::string base = ct.substr(0, semi);
+    while (!base.empty() && base.back() == ' ') base.pop_back();
+    if (base == "application/vnd.kubernetes.protobuf") {
+        auto decoded = decode_protobuf_object(req.msg.body());
+        if (!decoded) {
+            if (decoded.error().is(errc::unsupported_media_type))
+                return status_response(415, "UnsupportedMediaType", decoded.error().message);
+            return bad_request(decoded.error().message);
+        }
+        return std::move(*decoded);
+    }
+    bool ok = base.empty() || base == "application/json" || base == "*/*" ||
+              (allow_yaml && (base == "application/yaml" || base == "application/apply-patch+yaml"));
+    if (!ok)
+        return status_response(415, "UnsupportedMediaType",
+                               "the body of the request was in an unknown format - accepted media types include: "
+                               "application/json, application/yaml, application/vnd.kubernetes.protobuf, "
+                               "application/cbor");
+    error_code ec;
+    json::value v = json::parse(req.msg.body(), ec);
+    if (ec) return bad_request("the server rejected our request due to an error in our request: json parse error: " + ec.message());
+    if (!v.is_object()) return bad_request("the server rejected our request due to an error in our request: the body is not a JSON object");
+    auto& o = v.as_object();
+    if (!o.contains("metadata") || !o["metadata"].is_object()) o["metadata"] = json::object{};
+    return std::move(o);
+}
+
+bool ApiServer::Impl::dry_run(const Request& req) const {
+    auto it = req.query.find("dryRun");
+    return it != req.query.end() && it->second == "All";
+}
+
+std::variant<std::string, Response> ApiServer::Impl::field_validation(const Request& req, std::string_view options_kind) const {
+    auto it = req.query.find("fieldValidation");
+    if (it == req.query.end() || it->second.empty()) return std::string("Warn");
+    if (it->second == "Strict" || it->second == "Warn" || it->second == "Ignore") return it->second;
+    std::vector<StatusCause> causes{{"FieldValueNotSupported",
+                                     "Unsupported value: " + proto::go_quote(it->second) +
+                                         ": supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"",
+                                     "fieldValidation"}};
+    proto::StatusDetails d;
+    d.group = "meta.k8s.io";
+    d.kind = std::string(options_kind);
+    std::string msg = proto::invalid_message(std::string(options_kind) + ".meta.k8s.io", "", causes);
+    d.causes = std::move(causes);
+    return status_response(422, "Invalid", msg, d);
+}
+
+std::optional<Response> ApiServer::Impl::drop_unknown_fields(const Request& req, const ResourceType& t, const std::string& directive,
+                                            json::object& o, const std::string& decode_prefix) const {
+    auto unknown = prune_unknown_fields(t, o);
+    if (unknown.empty() || directive == "Ignore") return std::nullopt;
+    if (directive == "Strict") {
+        std::string msg = decode_prefix + "strict decoding error: ";
+        for (std::size_t i = 0; i < unknown.size(); ++i)
+            msg += (i ? ", unknown field " : "unknown field ") + proto::go_quote(unknown[i]);
+        return bad_request(msg);
+    }
+    for (auto& f : unknown) req.warnings.push_back("unknown field " + proto::go_quote(f));
+    return std::nullopt;
+}
+
+std::string ApiServer::Impl::decode_prefix(const ResourceType& t, const std::string& version) {
+    return t.kind + " in version " + proto::go_quote(version) + " cannot be handled as a " + t.kind + ": ";
+}
+
+std::optional<Response> ApiServer::Impl::bind_namespace(const ResourceType& t, const Route& r, json::object& meta) {
+    if (!t.namespaced) {
+        meta.erase("namespace");
+        return std::nullopt;
+    }
+    std::string body_ns = string_at(meta, "namespace");
+    if (!body_ns.empty() && body_ns != r.ns)
+        return bad_request("the namespace of the provided object does not match the namespace sent on the request");
+    meta["namespace"] = r.ns;
+    return std::nullopt;
+}
+
+Response ApiServer::Impl::create(const Request& req, const Route& r) {
+    const ResourceType& t = *r.type;
+    auto directive = field_validation(req, "CreateOptions");
+    if (auto* resp = std::get_if<Response>(&directive)) return *resp;
+    auto parsed = parse_body(req);
+    if (auto* resp = std::get_if<Response>(&parsed)) return *resp;
+    json::object o = std::move(std::get<json::object>(parsed));
+    if (auto resp = drop_unknown_fields(req, t, std::get<std::string>(directive), o, decode_prefix(t, r.version)))
+        return *resp;
+    if (!o.contains("metadata") || !o["metadata"].is_object()) o["metadata"] = json::object{};
+    auto& meta = o["metadata"].as_object();
+    if (auto mismatch = bind_namespace(t, r, meta)) return *mismatch;
+    std::string kind = string_at(o, "kind");
+    if (!kind.empty() && kind != t.kind)
+        return bad_request("the API version in the data (" + string_at(o, "apiVersion") + ") does not match the expected API version (" +
+                           t.api_version(r.version) + ") or kind " + kind + " does not match " + t.kind);
+    auto causes = proto::validate_object_meta(meta, name_rule(t), true);
+    std::string name = string_at(meta, "name");
+    if (t.plural == "pods" && t.group.empty()) {
+        auto pc = validate_pod_spec(o);
+        causes.insert(causes.end(), pc.begin(), pc.end());
+    }
+    if (!causes.empty()) return invalid(t, name.empty() ? string_at(meta, "generateName") : name, causes);
+    if (name.empty()) {
+        std::string prefix = string_at(meta, "generateName");
+        for (int i = 0; i < 8; ++i) {
+            name = proto::generate_name(prefix);
+            if (!store.get(t.id(), {r.ns, name})) break;
+        }
+        meta["name"] = name;
+    }
+    if (t.namespaced) {
+        if (auto resp = check_namespace_for_create(t, r.ns, name)) return *resp;
+    }
+    if (store.get(t.id(), {r.ns, name})) {
+        return status_response(409, "AlreadyExists", qualified_plural(t) + " \"" + name + "\" already exists",
+                               res_details(t, name));
+    }
+    for (auto k : {"uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"})
+        meta.erase(k);
+    stamp_new(o);
+    o["apiVersion"] = t.api_version(t.versions.front());
+    o["kind"] = t.kind;
+    if (t.custom) meta["generation"] = 1;
+    default_object(t, o);
+    if (dry_run(req)) return json_response(201, present(t, r.version, o));
+    auto stored = store.put(t.id(), std::move(o));
+    if (t.group.empty() && t.plural == "pods" && kubelet) kubelet->pod_changed(*stored);
+    return json_response(201, present(t, r.version, *stored));
+}
+
+Response ApiServer::Impl::update_object(const Request& req, const Route& r, const json::object& current, json::object incoming,
+                       bool require_rv) {
+    const ResourceType& t = *r.type;
+    auto& meta = incoming["metadata"].as_object();
+    const auto& cur_meta = metadata_of(current);
+    std::string body_name = string_at(meta, "name");
+    if (body_name.empty()) meta["name"] = r.name;
+    else if (body_name != r.name)
+        return bad_request("the name of the object (" + body_name + ") does not match the name on the URL (" + r.name + ")");
+    if (auto mismatch = bind_namespace(t, r, meta)) return *mismatch;
+    std::string rv = string_at(meta, "resourceVersion");
+    if (rv.empty() && require_rv && t.custom) {
+        return invalid(t, r.name,
+                       {{"FieldValueInvalid", "Invalid value: 0x0: must be specified for an update",
+                         "metadata.resourceVersion"}});
+    }
+    if (!rv.empty() && rv != string_at(cur_meta, "resourceVersion"))
+        return conflict(t, r.name, "the object has been modified; please apply your changes to the latest version and try again");
+    auto causes = proto::validate_object_meta(meta, name_rule(t), false);
+    if (!causes.empty()) return invalid(t, r.name, causes);
+    // Server-owned metadata.
+    for (auto k : {"uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"}) {
+        if (auto v = cur_meta.if_contains(k)) meta[k] = *v;
+        else meta.erase(k);
+    }
+    bool has_status = std::find(t.subresources.begin(), t.subresources.end(), "status") != t.subresources.end();
+    if (r.sub == "status") {
+        // Only status changes through the status subresource.
+        json::object merged = current;
+        if (auto s = incoming.if_contains("status")) merged["status"] = *s;
+        else merged.erase("status");
+        incoming = std::move(merged);
+    } else if (has_status) {
+        if (auto s = current.if_contains("status")) incoming["status"] = *s;
+        else incoming.erase("status");
+    }
+    auto& m2 = incoming["metadata"].as_object();
+    if (t.group.empty() && t.plural == "pods" && r.sub != "status") {
+        auto pc = validate_pod_spec(incoming);
+        if (!pc.empty()) return invalid(t, r.name, pc);
+        if (auto resp = check_pod_update(t, r.name, current, incoming)) return *resp;
+    }
+    if (t.group.empty() && t.plural == "namespaces") {
+        if (auto s = current.if_contains("spec")) incoming["spec"] = *s;
+        if (r.sub != "status") {
+            if (auto s = current.if_contains("status")) incoming["status"] = *s;
+        }
+    }
+    incoming["apiVersion"] = t.api_version(t.versions.front());
+    incoming["kind"] = t.kind;
+    if (t.custom) {
+        const json::value* old_spec = current.if_contains("spec");
+        const json::value* new_spec = incoming.if_contains("spec");
+        bool same = (!old_spec && !new_spec) || (old_spec && new_spec && *old_spec == *new_spec);
+        std::int64_t gen = 1;
+        if (auto g = cur_meta.if_contains("generation"); g && g->is_int64()) gen = g->as_int64();
+        m2["generation"] = same ? gen : gen + 1;
+    }
+    // No change: no new resourceVersion, no event.
+    m2["resourceVersion"] = string_at(cur_meta, "resourceVersion");
+    if (incoming == current) return json_response(200, present(t, r.version, current));
+    if (dry_run(req)) return json_response(200, present(t, r.version, incoming));
+    bool deleting = m2.contains("deletionTimestamp");
+    auto stored = store.put(t.id(), std::move(incoming));
+    if (deleting && !has_finalizers(*stored) && !(t.group.empty() && (t.plural == "pods" || t.plural == "namespaces"))) {
+        // The last finalizer went away: the object is gone.
+        auto last = remove_now(t, {r.ns, r.name});
+        return json_response(200, present(t, r.version, last ? *last : *stored));
+    }
+    if (t.group.empty() && t.plural == "pods" && kubelet && r.sub != "status") kubelet->pod_changed(*stored);
+    return json_response(200, present(t, r.version, *stored));
+}
+
+std::optional<Response> ApiServer::Impl::check_pod_update(const ResourceType& t, const std::string& name, const json::object& cur,
+                                         const json::object& next) {
+    auto cs = object_at(cur, "spec");
+    auto ns = object_at(next, "spec");
+    if (!cs || !ns) return std::nullopt;
+    // Mutable: containers[*].image, initContainers[*].image, activeDeadlineSeconds, tolerations (additions).
+    json::object a = *cs, b = *ns;
+    for (auto key : {"containers", "initContainers"}) {
+        auto ca = a.if_contains(key);
+        auto cb = b.if_contains(key);
+        if (ca && cb && ca->is_array() && cb->is_array() && ca->as_array().size() == cb->as_array().size()) {
+            for (std::size_t i = 0; i < ca->as_array().size(); ++i) {
+                auto& x = ca->as_array()[i];
+                auto& y = cb->as_array()[i];
+                if (x.is_object() && y.is_object()) {
+                    x.as_object().erase("image");
+                    y.as_object().erase("image");
+                }
+            }
+        }
+    }
+    a.erase("activeDeadlineSeconds");
+    b.erase("activeDeadlineSeconds");
+    auto ta = a.if_contains("tolerations");
+    auto tb = b.if_contains("tolerations");
+    bool tolerations_ok = true;
+    if (tb && tb->is_array()) {
+        if (ta && ta->is_array()) {
+            for (auto& x : ta->as_array())
+                if (std::find(tb->as_array().begin(), tb->as_array().end(), x) == tb->as_array().end())
+                    tolerations_ok = false;
+        }
+    } else if (ta && ta->is_array() && !ta->as_array().empty()) {
+        tolerations_ok = false;
+    }
+    a.erase("tolerations");
+    b.erase("tolerations");
+    if (a == b && tolerations_ok) return std::nullopt;
+    return invalid(t, name,
+                   {{"FieldValueForbidden",
+                     "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
+                     "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
+                     "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it "
+                     "to be set to 1 if it was previously negative)",
+                     "spec"}});
+}
+
+Response ApiServer::Impl::replace(const Request& req, const Route& r) {
+    const ResourceType& t = *r.type;
+    auto cur = store.get(t.id(), {r.ns, r.name});
+    auto directive = field_validation(req, "UpdateOptions");
+    if (auto* resp = std::get_if<Response>(&directive)) return *resp;
+    auto parsed = parse_body(req);
+    if (auto* resp = std::get_if<Response>(&parsed)) return *resp;
+    json::object o = std::move(std::get<json::object>(parsed));
+    if (auto resp = drop_unknown_fields(req, t, std::get<std::string>(directive), o, decode_prefix(t, r.version)))
+        return *resp;
+    if (!o.contains("metadata") || !o["metadata"].is_object()) o["metadata"] = json::object{};
+    if (!cur) return not_found(t, r.name);
+    return update_object(req, r, *cur, std::move(o), true);
+}
+
+Response ApiServer::Impl::patch(const Request& req, const Route& r) {
+    const ResourceType& t = *r.type;
+    std::string ct(req.msg[http::field::content_type]);
+    ct = ct.substr(0, ct.find(';'));
+    error_code ec;
+    json::value p = json::parse(req.msg.body(), ec);
+    bool apply = ct == "application/apply-patch+yaml";
+    if (ct != "application/json-patch+json" && ct != "application/merge-patch+json" &&
+        ct != "application/strategic-merge-patch+json" && !apply)
+        return status_response(415, "UnsupportedMediaType", unsupported_patch_message);
+    if (ct == "application/strategic-merge-patch+json" && t.custom)
+        return status_response(415, "UnsupportedMediaType", unsupported_patch_message);
+    auto directive = field_validation(req, "PatchOptions");
+    if (auto* resp = std::get_if<Response>(&directive)) return *resp;
+    if (ec) return bad_request("error decoding patch: " + ec.message());
+    auto cur = store.get(t.id(), {r.ns, r.name});
+    if (apply) {
+        // Server-side apply, simplified: create when absent, else merge the intent.
+        auto it = req.query.find("fieldManager");
+        if (it == req.query.end() || it->second.empty())
+            return invalid(t, r.name, {{"FieldValueRequired", "Required value: is required for apply patch", "fieldManager"}});
+        if (!p.is_object()) return bad_request("error decoding YAML: apply patches must be JSON objects here");
+        if (!cur) {
+            Request create_req;
+            create_req.msg = req.msg;
+            create_req.msg.set(http::field::content_type, "application/json");
+            create_req.query = req.query;
+            auto& po = p.as_object();
+            if (!po.contains("metadata") || !po["metadata"].is_object()) po["metadata"] = json::object{};
+            if (string_at(po["metadata"].as_object(), "name").empty()) po["metadata"].as_object()["name"] = r.name;
+            create_req.msg.body() = json::serialize(p);
+            Response created = create(create_req, r);
+            req.warnings.insert(req.warnings.end(), create_req.warnings.begin(), create_req.warnings.end());
+            return created;
+        }
+    }
+    if (!cur) return not_found(t, r.name);
+    json::value target = *cur;
+    json::value result;
+    if (ct == "application/json-patch+json") {
+        if (!p.is_array()) return bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch");
+        auto res = proto::apply_json_patch(target, p);
+        if (!res) {
+            if (res.error().is(errc::bad_request)) return bad_request(res.error().message);
+            proto::StatusDetails d;
+            d.causes = res.error().causes;
+            return status_response(422, "Invalid", res.error().message, d);
+        }
+        result = std::move(*res);
+    } else if (ct == "application/strategic-merge-patch+json") {
+        if (!p.is_object()) return bad_request("the body of the request was not a JSON object");
+        auto res = proto::apply_strategic_merge_patch(target, p);
+        if (!res) return bad_request(res.error().message);
+        result = std::move(*res);
+    } else {
+        if (!p.is_object()) return bad_request("the body of the request was not a JSON object");
+        result = proto::apply_merge_patch(target, p);
+    }
+    if (!result.is_object()) return bad_request("the patched object is not a JSON object");
+    auto& ro = result.as_object();
+    if (auto resp = drop_unknown_fields(req, t, std::get<std::string>(directive), ro, "")) return *resp;
+    if (!ro.contains("metadata") || !ro["metadata"].is_object()) ro["metadata"] = json::object{};
+    return update_object(req, r, *cur, std::move(ro), false);
+}
+
+}  // namespace kubesandbox::local
