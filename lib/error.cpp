@@ -39,7 +39,6 @@ public:
         case errc::pod_failed: return "pod failed";
         case errc::image_pull_failed: return "image pull failed";
         case errc::startup_timeout: return "startup timeout";
-        case errc::isolation_unavailable: return "isolation unavailable";
         }
         return "unknown kubesandbox error";
     }
@@ -65,6 +64,17 @@ Error make_error(boost::system::error_code code, std::string message) {
     e.code = code;
     e.message = std::move(message);
     return e;
+}
+
+bool Error::is_permanent() const noexcept {
+    return is(errc::invalid_config) || is(errc::tls_error) || is(errc::cancelled) || is(errc::invalid_argument) ||
+           is(errc::unsupported) || is(errc::exec_plugin_failed);
+}
+
+bool Error::outcome_unknown() const noexcept {
+    return is(errc::timeout) || is(errc::connection_closed) || is(errc::invalid_response) ||
+           is(errc::internal_error) || is(errc::service_unavailable) || is(errc::server_timeout) ||
+           is(errc::unknown_status);
 }
 
 std::string Error::describe() const {

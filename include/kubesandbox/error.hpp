@@ -55,7 +55,6 @@ enum class errc {
     pod_failed,          // container terminated, CrashLoopBackOff, ...
     image_pull_failed,   // ErrImagePull / ImagePullBackOff
     startup_timeout,     // sandbox not Ready within the startup timeout
-    isolation_unavailable,
 };
 
 }  // namespace kubesandbox
@@ -88,6 +87,12 @@ struct Error {
     boost::system::error_code lower_code{};
 
     bool is(errc e) const noexcept { return code == make_error_code(e); }
+    // Retrying the same request cannot help: bad configuration, TLS verification, a caller
+    // mistake, a cancellation.
+    bool is_permanent() const noexcept;
+    // The request may or may not have been applied: its answer was lost (timeout, connection
+    // closed mid-response, garbage, a 5xx). Read the state back before acting on it.
+    bool outcome_unknown() const noexcept;
     // "<category>: <message> (HTTP 409 AlreadyExists)" for logs and CLI output.
     std::string describe() const;
 };

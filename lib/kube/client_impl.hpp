@@ -1,20 +1,19 @@
 // KubeClient internals shared with the other I/O components that talk to the API server
-// (exec WebSocket, port-forward tunnel): connection setup and authentication.
+// (exec WebSocket, port-forward tunnel): the server's address, authentication, fresh
+// connections and the keep-alive pool. Connection mechanics live in lib/net/.
 #pragma once
 
 #include <kubesandbox/kube_client.hpp>
 
+#include "kube/authenticator.hpp"
 #include "kube/rate_limiter.hpp"
+#include "kube/retry_policy.hpp"
 #include "net/any_stream.hpp"
+#include "net/connection_pool.hpp"
+#include "net/connector.hpp"
 #include "proto/request.hpp"
 
-#include <boost/asio/experimental/concurrent_channel.hpp>
-#include <boost/asio/ssl/context.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-
 #include <chrono>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -23,26 +22,12 @@
 
 namespace kubesandbox::kube {
 
-class ExecCredentialProvider;
-
-struct PooledConnection {
-    net::AnyStream stream;
-    boost::beast::flat_buffer buffer;
-    std::chrono::steady_clock::time_point idle_since{};
-};
-
 struct RawResponse {
     unsigned status = 0;
     std::string content_type;
     std::string body;
     std::string retry_after;
     int attempt = 0;  // 0 when the first try produced it; > 0 after retries
-};
-
-// What one attempt got to do before it failed, for the retry decision.
-struct AttemptProgress {
-    bool request_sent = false;    // bytes of the request may have reached the server
-    bool connect_failed = false;  // failed (or timed out) while connecting: nothing was sent
 };
 
 struct RawRequest {
@@ -73,38 +58,31 @@ struct KubeClient::Impl : std::enable_shared_from_this<KubeClient::Impl> {
         return connect(std::chrono::steady_clock::time_point::max());
     }
     // "Bearer ..." or "Basic ..." or "" when unauthenticated.
-    boost::asio::awaitable<Result<std::string>> authorization(bool force_refresh);
-    std::string host_header() const;
+    boost::asio::awaitable<Result<std::string>> authorization(bool force_refresh) {
+        return auth.authorization(force_refresh);
+    }
+    bool can_refresh_credentials() const noexcept { return auth.can_refresh(); }
+    std::string host_header() const { return net::host_header(url.host, url.port, url.tls); }
     std::string full_target(std::string_view target) const { return url.base_path + std::string(target); }
+    // The delay before retry `attempt`, or nullopt to give up (thread-safe).
+    std::optional<std::chrono::milliseconds> retry_delay(const kube::Attempt& attempt);
 
     boost::asio::any_io_executor executor;
     KubeConfig config;
     KubeClientOptions options;
     proto::ServerUrl url;
     std::optional<Error> config_error;  // set when the config cannot work; every call fails with it
-    std::shared_ptr<boost::asio::ssl::context> ssl_context;
+    net::ConnectTarget target;          // how to reach the server (the proxy is chosen per connect)
+    kube::Authenticator auth;
     kube::RateLimiter limiter;
-
-    // Connection slots: a thread-safe counting semaphore.
-    using SlotChannel = boost::asio::experimental::concurrent_channel<void(boost::system::error_code)>;
-    std::unique_ptr<SlotChannel> slots;
-
-    std::mutex mutex;  // guards everything below
-    std::deque<kube::PooledConnection> idle;
-    std::mt19937_64 rng{std::random_device{}()};
-    std::string file_token;
-    std::chrono::steady_clock::time_point file_token_read{};
-    std::shared_ptr<kube::ExecCredentialProvider> exec_provider;  // used only on exec_strand
-    boost::asio::strand<boost::asio::any_io_executor> exec_strand;
+    net::ConnectionPool pool;
 
 private:
-    void init_exec_provider();
-    boost::asio::awaitable<Result<std::string>> exec_authorization(bool force_refresh);
     boost::asio::awaitable<Result<kube::RawResponse>> attempt(const kube::RawRequest& request,
-                                                              const std::string& authorization,
-                                                              kube::AttemptProgress& progress);
-    std::optional<kube::PooledConnection> take_idle();
-    void give_back(kube::PooledConnection connection);
+                                                              const std::string& authorization, bool& request_sent,
+                                                              bool& connect_failed);
+    std::mutex rng_mutex;
+    std::mt19937_64 rng{std::random_device{}()};
 };
 
 // The client's shared internals, for kubesandbox's own components only.

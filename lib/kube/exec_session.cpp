@@ -98,7 +98,7 @@ asio::awaitable<Result<Session>> open_session(KubeClient::Impl& client, const Ex
         auto [ec] = co_await ws->async_handshake(res, client.host_header(), target_path, use_tuple);
         if (ec == websocket::error::upgrade_declined || (!ec && res.result_int() != 101)) {
             ws->next_layer().close();
-            if (res.result_int() == 401 && !refreshed && (client.exec_provider || !client.config.token_file.empty())) {
+            if (res.result_int() == 401 && !refreshed && client.can_refresh_credentials()) {
                 refreshed = true;
                 continue;
             }

@@ -86,7 +86,7 @@ public:
     void close() noexcept override { s_->inner.close(); }
     void expires_after(std::chrono::steady_clock::duration d) override { s_->inner.expires_after(d); }
     void expires_never() override { s_->inner.expires_never(); }
-    asio::ip::tcp::socket& socket() override { return s_->inner.socket(); }
+    bool idle_alive() override { return s_->inner.idle_alive(); }
     bool is_tls() const noexcept override { return s_->inner.is_tls(); }
 
 private:

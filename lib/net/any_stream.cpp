@@ -6,12 +6,19 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <openssl/ssl.h>
+#include <poll.h>
 
 namespace kubesandbox::net {
 namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
 
 namespace {
+
+bool socket_idle_alive(tcp::socket& socket) {
+    if (!socket.is_open()) return false;
+    pollfd pfd{socket.native_handle(), POLLIN, 0};
+    return ::poll(&pfd, 1, 0) == 0;
+}
 
 // Socket-level deadline shared by both implementations: when it fires the socket is closed,
 // so every pending operation completes with an error (the beast::tcp_stream idea).
@@ -62,7 +69,7 @@ public:
     }
     void expires_after(std::chrono::steady_clock::duration d) override { deadline_.arm(d, socket_); }
     void expires_never() override { deadline_.disarm(); }
-    tcp::socket& socket() override { return socket_; }
+    bool idle_alive() override { return socket_idle_alive(socket_); }
     bool is_tls() const noexcept override { return false; }
 
 private:
@@ -90,7 +97,7 @@ public:
         deadline_.arm(d, stream_.next_layer());
     }
     void expires_never() override { deadline_.disarm(); }
-    tcp::socket& socket() override { return stream_.next_layer(); }
+    bool idle_alive() override { return socket_idle_alive(stream_.next_layer()); }
     bool is_tls() const noexcept override { return true; }
 
     bool configure_client(const std::string& sni_host, const std::string& verify_host) {

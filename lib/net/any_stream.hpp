@@ -1,5 +1,6 @@
-// A type-erased byte stream: plain TCP or TLS over TCP behind one non-template type, so HTTP,
-// WebSocket and SPDY code is written (and compiled) once. Satisfies Asio's AsyncReadStream and
+// A type-erased byte stream: plain TCP, TLS over TCP, or anything else that moves bytes (a
+// port-forward tunnel, a test double) behind one non-template type, so HTTP, WebSocket and SPDY
+// code is written (and compiled) once. Satisfies Asio's AsyncReadStream and
 // AsyncWriteStream; Beast's websocket::stream<AnyStream> works through the teardown hooks below.
 #pragma once
 
@@ -34,7 +35,9 @@ public:
         virtual void close() noexcept = 0;          // hard close, cancels pending operations
         virtual void expires_after(std::chrono::steady_clock::duration d) = 0;
         virtual void expires_never() = 0;
-        virtual asio::ip::tcp::socket& socket() = 0;
+        // For an idle keep-alive connection: still open with nothing pending to read (readable
+        // while idle means EOF, a reset or stray bytes: not reusable).
+        virtual bool idle_alive() = 0;
         virtual bool is_tls() const noexcept = 0;
     };
 
@@ -53,7 +56,7 @@ public:
 
     explicit operator bool() const noexcept { return impl_ != nullptr; }
     executor_type get_executor() { return impl_->executor(); }
-    asio::ip::tcp::socket& socket() { return impl_->socket(); }
+    bool idle_alive() { return impl_ && impl_->idle_alive(); }
     bool is_tls() const noexcept { return impl_->is_tls(); }
 
     // Socket-level backstop deadline for every pending and future operation (beast::tcp_stream).

@@ -1,4 +1,5 @@
 // Shared helpers: RFC 3339 times, tolerant JSON access, random names, the logger.
+#include <kubesandbox/error.hpp>
 #include <kubesandbox/logger.hpp>
 
 #include "util/json_access.hpp"
@@ -66,6 +67,27 @@ TEST(Logger, FiltersByLevelAndUsesTheSink) {
     EXPECT_EQ(lines[0].second, "shown");
     EXPECT_EQ(to_string(lines[1].first), "error");
     Logger::silent().warning("nothing happens");
+}
+
+}  // namespace
+
+namespace {
+using namespace kubesandbox;
+
+TEST(ErrorClassification, PermanentAndUnknownOutcomes) {
+    EXPECT_TRUE(make_error(errc::tls_error, "x").is_permanent());
+    EXPECT_TRUE(make_error(errc::invalid_config, "x").is_permanent());
+    EXPECT_FALSE(make_error(errc::connection_failed, "x").is_permanent());
+    EXPECT_FALSE(make_error(errc::timeout, "x").is_permanent());
+    EXPECT_TRUE(make_error(errc::timeout, "x").outcome_unknown());
+    EXPECT_TRUE(make_error(errc::connection_closed, "x").outcome_unknown());
+    EXPECT_TRUE(make_error(errc::service_unavailable, "x").outcome_unknown());
+    EXPECT_FALSE(make_error(errc::connection_failed, "x").outcome_unknown());  // nothing was sent
+    EXPECT_FALSE(make_error(errc::conflict, "x").outcome_unknown());
+    // Lower-layer codes are neither: the caller decides from what it was doing.
+    auto reset = make_error(boost::system::errc::make_error_code(boost::system::errc::connection_reset), "x");
+    EXPECT_FALSE(reset.is_permanent());
+    EXPECT_FALSE(reset.outcome_unknown());
 }
 
 }  // namespace

@@ -29,17 +29,10 @@ using util::string_at;
 
 namespace {
 
-// A failure after which the request may or may not have been applied: the answer was lost.
-bool outcome_unknown(const Error& e) {
-    return e.is(errc::timeout) || e.is(errc::connection_closed) || e.is(errc::invalid_response) ||
-           e.is(errc::internal_error) || e.is(errc::service_unavailable) || e.is(errc::server_timeout) ||
-           e.is(errc::unknown_status);
-}
-
 // After a create failed with `e`: the object when it exists anyway (a 409, or a lost answer
 // to a request that went through), else the error to report.
 asio::awaitable<Result<json::object>> existing_after(StatePtr st, ResourcePath path, Error e) {
-    if (!e.is(errc::already_exists) && !outcome_unknown(e)) co_return fail(std::move(e));
+    if (!e.is(errc::already_exists) && !e.outcome_unknown()) co_return fail(std::move(e));
     auto got = co_await st->client.get(std::move(path));
     if (got) co_return std::move(*got);
     if (got.error().is(errc::not_found)) co_return fail(std::move(e));

@@ -1,0 +1,61 @@
+// Keep-alive connections to one server: at most `max_connections` in use at once (a counting
+// semaphore that is safe on a multi-threaded io_context) and the idle ones kept for reuse while
+// they are young and the peer has not closed them.
+#pragma once
+
+#include "net/any_stream.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/experimental/concurrent_channel.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+namespace kubesandbox::net {
+
+struct PooledConnection {
+    AnyStream stream;
+    boost::beast::flat_buffer buffer;
+    std::chrono::steady_clock::time_point idle_since{};
+};
+
+class ConnectionPool {
+public:
+    ConnectionPool(boost::asio::any_io_executor executor, std::size_t max_connections,
+                   std::chrono::steady_clock::duration max_idle = std::chrono::seconds(55));
+
+    // The right to use one connection; returned to the pool when destroyed.
+    class Slot {
+    public:
+        Slot(Slot&& other) noexcept : pool_(std::exchange(other.pool_, nullptr)) {}
+        Slot& operator=(Slot&&) = delete;
+        ~Slot();
+
+    private:
+        friend class ConnectionPool;
+        explicit Slot(ConnectionPool* pool) : pool_(pool) {}
+        ConnectionPool* pool_;
+    };
+
+    // Waits for a free slot; nullopt when `timer` fires first.
+    boost::asio::awaitable<std::optional<Slot>> acquire(boost::asio::steady_timer& timer);
+
+    // An idle connection that still looks usable, if any (stale ones are closed).
+    std::optional<PooledConnection> take_idle();
+    void give_back(PooledConnection connection);
+
+private:
+    using SlotChannel = boost::asio::experimental::concurrent_channel<void(boost::system::error_code)>;
+    std::chrono::steady_clock::duration max_idle_;
+    std::unique_ptr<SlotChannel> slots_;
+    std::mutex mutex_;
+    std::deque<PooledConnection> idle_;
+};
+
+}  // namespace kubesandbox::net
