@@ -11,8 +11,8 @@
 
 #include <kubesandbox/kube_client.hpp>
 #include <kubesandbox/kube_config.hpp>
-#include <kubesandbox/pod_exec_sandbox.hpp>
 #include <kubesandbox/local_cluster.hpp>
+#include <kubesandbox/pod_exec_sandbox.hpp>
 #include <kubesandbox/raw_provider.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -72,7 +72,6 @@ std::string cpu_model() {
     }
     return "unknown";
 }
-
 
 }  // namespace
 
@@ -173,4 +172,3 @@ int main(int argc, char** argv) {
     std::filesystem::remove_all(data_dir, ec);
     return failures.empty() ? 0 : 1;
 }
-

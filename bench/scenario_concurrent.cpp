@@ -3,8 +3,8 @@
 
 #include <kubesandbox/kube_client.hpp>
 #include <kubesandbox/kube_config.hpp>
-#include <kubesandbox/pod_exec_sandbox.hpp>
 #include <kubesandbox/local_cluster.hpp>
+#include <kubesandbox/pod_exec_sandbox.hpp>
 #include <kubesandbox/raw_provider.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -81,7 +81,7 @@ int exec_client_main(int argc, char** argv) {
     std::vector<std::unique_ptr<PodExecSandbox>> sandboxes;
     for (int i = 5; i < argc; ++i) {
         sandboxes.push_back(std::make_unique<PodExecSandbox>(KubeClient(io.get_executor(), *cfg), ns, argv[i],
-                                                                PodExecSandboxOptions()));
+                                                             PodExecSandboxOptions()));
     }
     const long hwm_before_kb = proc_status_kb("VmHWM");
     std::vector<double> lat(static_cast<std::size_t>(calls), 0.0);
@@ -95,7 +95,8 @@ int exec_client_main(int argc, char** argv) {
         auto r = co_await sb.execute("true", std::chrono::seconds(300));
         lat[static_cast<std::size_t>(i)] = seconds_since(t);
         if (!r || r->exit_code != 0) {
-            if (errors++ == 0) first_error = r ? "exit code " + std::to_string(r->exit_code.value_or(-1)) : r.error().describe();
+            if (errors++ == 0)
+                first_error = r ? "exit code " + std::to_string(r->exit_code.value_or(-1)) : r.error().describe();
         }
     };
     auto finished = [&](std::exception_ptr e) {
@@ -125,29 +126,33 @@ void scenario_concurrent(asio::io_context& io, LocalCluster& cluster, const Env&
     RawProvider provider(KubeClient(io.get_executor(), cluster.kube_config()), RawProviderOptions());
     std::vector<std::string> pods;
     std::string ns;
-    run_on(io, [&]() -> asio::awaitable<void> {
-        int pending = sz.concurrent_sandboxes;
-        auto make = [&](int i) -> asio::awaitable<void> {
-            GetOrCreateOptions o;
-            o.sandbox_id = "bench-conc-" + std::to_string(i);
-            auto r = co_await provider.get_or_create_pod(o);
-            if (!r) failures.push_back("concurrent sandbox: " + r.error().describe());
-            else {
-                pods.push_back((*r)->pod_name());
-                ns = (*r)->namespace_name();
+    run_on(
+        io,
+        [&]() -> asio::awaitable<void> {
+            int pending = sz.concurrent_sandboxes;
+            auto make = [&](int i) -> asio::awaitable<void> {
+                GetOrCreateOptions o;
+                o.sandbox_id = "bench-conc-" + std::to_string(i);
+                auto r = co_await provider.get_or_create_pod(o);
+                if (!r) failures.push_back("concurrent sandbox: " + r.error().describe());
+                else {
+                    pods.push_back((*r)->pod_name());
+                    ns = (*r)->namespace_name();
+                }
+            };
+            auto ex = co_await asio::this_coro::executor;
+            for (int i = 0; i < sz.concurrent_sandboxes; ++i) {
+                asio::co_spawn(ex, make(i), [&](std::exception_ptr) { --pending; });
             }
-        };
-        auto ex = co_await asio::this_coro::executor;
-        for (int i = 0; i < sz.concurrent_sandboxes; ++i) {
-            asio::co_spawn(ex, make(i), [&](std::exception_ptr) { --pending; });
-        }
-        while (pending > 0) co_await sleep_for(50ms);
-    }, 900s, "concurrent sandboxes");
+            while (pending > 0) co_await sleep_for(50ms);
+        },
+        900s, "concurrent sandboxes");
     if (pods.size() == static_cast<std::size_t>(sz.concurrent_sandboxes)) {
         std::vector<std::string> argv{env.self_exe, "--exec-client", env.kubeconfig.string(), ns,
                                       std::to_string(sz.concurrent_calls)};
         argv.insert(argv.end(), pods.begin(), pods.end());
-        struct rusage self0 {}, kids0 {}, self1 {}, kids1 {};
+        struct rusage self0 {
+        }, kids0{}, self1{}, kids1{};
         ::getrusage(RUSAGE_SELF, &self0);
         ::getrusage(RUSAGE_CHILDREN, &kids0);
         auto r = run_process(argv, {}, true);
@@ -178,7 +183,8 @@ void scenario_concurrent(asio::io_context& io, LocalCluster& cluster, const Env&
             rows.push_back(single_row(name, "throughput", "calls/s", sz.concurrent_calls / wall));
             rows.push_back(single_row(name, "client peak RSS (VmHWM)", "MiB", peak_kb / 1024));
             rows.push_back(single_row(name, "client peak RSS before the calls", "MiB", base_kb / 1024));
-            rows.push_back(single_row(name, "client CPU (user+sys) / its lifetime", "%", 100 * r.cpu_seconds / r.seconds));
+            rows.push_back(
+                single_row(name, "client CPU (user+sys) / its lifetime", "%", 100 * r.cpu_seconds / r.seconds));
             // This process is blocked on the child meanwhile: its CPU is the cluster's (API
             // server, kubelet) plus the exec processes it reaped.
             double cluster_cpu = (cpu_of(self1) - cpu_of(self0)) + (cpu_of(kids1) - cpu_of(kids0)) - r.cpu_seconds;
@@ -186,8 +192,8 @@ void scenario_concurrent(asio::io_context& io, LocalCluster& cluster, const Env&
                                       100 * cluster_cpu / r.seconds));
         }
     }
-    run_on(io, [&]() -> asio::awaitable<void> { co_await delete_all_sandboxes(provider); }, 600s, "concurrent cleanup");
+    run_on(
+        io, [&]() -> asio::awaitable<void> { co_await delete_all_sandboxes(provider); }, 600s, "concurrent cleanup");
 }
-
 
 }  // namespace kubesandbox::bench

@@ -3,8 +3,8 @@
 
 #include <kubesandbox/kube_client.hpp>
 #include <kubesandbox/kube_config.hpp>
-#include <kubesandbox/pod_exec_sandbox.hpp>
 #include <kubesandbox/local_cluster.hpp>
+#include <kubesandbox/pod_exec_sandbox.hpp>
 #include <kubesandbox/raw_provider.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -87,28 +87,34 @@ void scenario_create_ready(asio::io_context& io, LocalCluster& cluster, const Si
     KubeClient client(io.get_executor(), cluster.kube_config());
     std::vector<double> lat;
     std::vector<std::string> names;
-    run_on(io, [&]() -> asio::awaitable<void> {
-        for (int i = 0; i < sz.create_n; ++i) {
-            std::string name = "bench-ready-" + std::to_string(i);
-            auto r = co_await create_until_ready(client, "default", name);
-            if (!r) {
-                failures.push_back("create->Ready " + name + ": " + r.error().describe());
-                co_return;
+    run_on(
+        io,
+        [&]() -> asio::awaitable<void> {
+            for (int i = 0; i < sz.create_n; ++i) {
+                std::string name = "bench-ready-" + std::to_string(i);
+                auto r = co_await create_until_ready(client, "default", name);
+                if (!r) {
+                    failures.push_back("create->Ready " + name + ": " + r.error().describe());
+                    co_return;
+                }
+                names.push_back(name);
+                lat.push_back(*r);
             }
-            names.push_back(name);
-            lat.push_back(*r);
-        }
-    }, 600s, "create->Ready");
+        },
+        600s, "create->Ready");
     rows.push_back(latency_row("1 pod create -> Ready", "KubeClient create + watch", lat));
-    run_on(io, [&]() -> asio::awaitable<void> {
-        for (const auto& n : names) {
-            const ResourcePath p = pods_in("default").with_name(n);
-            DeleteOptions d;
-            d.grace_period_seconds = 0;
-            auto r = co_await client.remove(p, d);
-            if (!r) failures.push_back("delete " + n + ": " + r.error().describe());
-        }
-    }, 120s, "create->Ready cleanup");
+    run_on(
+        io,
+        [&]() -> asio::awaitable<void> {
+            for (const auto& n : names) {
+                const ResourcePath p = pods_in("default").with_name(n);
+                DeleteOptions d;
+                d.grace_period_seconds = 0;
+                auto r = co_await client.remove(p, d);
+                if (!r) failures.push_back("delete " + n + ": " + r.error().describe());
+            }
+        },
+        120s, "create->Ready cleanup");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -137,20 +143,23 @@ void scenario_cold_warm(asio::io_context& io, LocalCluster& cluster, const Sizes
     RawProviderOptions cold_cfg;
     RawProvider cold(KubeClient(io.get_executor(), cluster.kube_config()), cold_cfg);
     std::vector<double> cold_lat, warm_lat;
-    run_on(io, [&]() -> asio::awaitable<void> {
-        for (int i = 0; i < sz.create_n; ++i) {
-            GetOrCreateOptions o;
-            o.sandbox_id = "bench-cold-" + std::to_string(i);
-            auto t0 = Clock::now();
-            auto sb = co_await cold.get_or_create(o);
-            double d = seconds_since(t0);
-            if (!sb) {
-                failures.push_back("cold get_or_create: " + sb.error().describe());
-                co_return;
+    run_on(
+        io,
+        [&]() -> asio::awaitable<void> {
+            for (int i = 0; i < sz.create_n; ++i) {
+                GetOrCreateOptions o;
+                o.sandbox_id = "bench-cold-" + std::to_string(i);
+                auto t0 = Clock::now();
+                auto sb = co_await cold.get_or_create(o);
+                double d = seconds_since(t0);
+                if (!sb) {
+                    failures.push_back("cold get_or_create: " + sb.error().describe());
+                    co_return;
+                }
+                cold_lat.push_back(d);
             }
-            cold_lat.push_back(d);
-        }
-    }, 900s, "cold get_or_create");
+        },
+        900s, "cold get_or_create");
 
     RawProviderOptions warm_cfg;
     warm_cfg.warm_pool_size = 2;
@@ -163,39 +172,42 @@ void scenario_cold_warm(asio::io_context& io, LocalCluster& cluster, const Sizes
         }
         co_return false;
     };
-    run_on(io, [&]() -> asio::awaitable<void> {
-        auto filled = co_await warm.ensure_warm_pool();
-        if (!filled) {
-            failures.push_back("ensure_warm_pool: " + filled.error().describe());
-            co_return;
-        }
-        for (int i = 0; i < sz.create_n; ++i) {
-            // Claims are timed with a full pool: the refill after each claim is not counted.
-            bool full = co_await wait_pool_full();
-            if (!full) {
-                failures.push_back("warm pool did not refill within 120 s");
+    run_on(
+        io,
+        [&]() -> asio::awaitable<void> {
+            auto filled = co_await warm.ensure_warm_pool();
+            if (!filled) {
+                failures.push_back("ensure_warm_pool: " + filled.error().describe());
                 co_return;
             }
-            auto t0 = Clock::now();
-            auto sb = co_await warm.get_or_create();
-            double d = seconds_since(t0);
-            if (!sb) {
-                failures.push_back("warm claim: " + sb.error().describe());
-                co_return;
+            for (int i = 0; i < sz.create_n; ++i) {
+                // Claims are timed with a full pool: the refill after each claim is not counted.
+                bool full = co_await wait_pool_full();
+                if (!full) {
+                    failures.push_back("warm pool did not refill within 120 s");
+                    co_return;
+                }
+                auto t0 = Clock::now();
+                auto sb = co_await warm.get_or_create();
+                double d = seconds_since(t0);
+                if (!sb) {
+                    failures.push_back("warm claim: " + sb.error().describe());
+                    co_return;
+                }
+                warm_lat.push_back(d);
             }
-            warm_lat.push_back(d);
-        }
-        co_await wait_pool_full();
-        co_await sleep_for(500ms);  // let the last refill finish its bookkeeping
-    }, 900s, "warm claim");
+            co_await wait_pool_full();
+            co_await sleep_for(500ms);  // let the last refill finish its bookkeeping
+        },
+        900s, "warm claim");
 
     Row c = latency_row("1 sandbox ready", "RawProvider cold get_or_create", cold_lat);
     Row w = latency_row("1 sandbox ready", "RawProvider warm-pool claim", warm_lat);
     w.versus = speedup(w, c, "cold create");
     rows.push_back(c);
     rows.push_back(w);
-    run_on(io, [&]() -> asio::awaitable<void> { co_await delete_all_sandboxes(warm); }, 300s, "cold/warm cleanup");
+    run_on(
+        io, [&]() -> asio::awaitable<void> { co_await delete_all_sandboxes(warm); }, 300s, "cold/warm cleanup");
 }
-
 
 }  // namespace kubesandbox::bench

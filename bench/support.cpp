@@ -3,8 +3,8 @@
 
 #include <kubesandbox/kube_client.hpp>
 #include <kubesandbox/kube_config.hpp>
-#include <kubesandbox/pod_exec_sandbox.hpp>
 #include <kubesandbox/local_cluster.hpp>
+#include <kubesandbox/pod_exec_sandbox.hpp>
 #include <kubesandbox/raw_provider.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -51,13 +51,10 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 using namespace std::chrono_literals;
 
-double seconds_since(Clock::time_point t0) {
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // ---------------------------------------------------------------------------------------------
 // Sizes
-
 
 Sizes quick_sizes() {
     Sizes s;
@@ -88,7 +85,6 @@ Sizes smoke_sizes() {
 // ---------------------------------------------------------------------------------------------
 // Statistics and the results table
 
-
 Summary summarize(std::vector<double> v) {
     Summary s;
     s.n = v.size();
@@ -104,7 +100,6 @@ Summary summarize(std::vector<double> v) {
     s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(n);
     return s;
 }
-
 
 Row make_row(std::string scenario, std::string variant, std::size_t n, std::string unit) {
     Row r;
@@ -179,7 +174,6 @@ void print_table(std::ostream& out) {
 // ---------------------------------------------------------------------------------------------
 // Child processes (kubectl, and this program's own exec client)
 
-
 double cpu_of(const struct rusage& ru) {
     return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
            static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
@@ -237,8 +231,7 @@ ProcResult run_process(const std::vector<std::string>& argv, const std::vector<s
     }
     int status = 0;
     struct rusage ru {};
-    while (::wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {
-    }
+    while (::wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {}
     res.seconds = seconds_since(t0);
     res.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     res.max_rss_kb = ru.ru_maxrss;
@@ -248,7 +241,6 @@ ProcResult run_process(const std::vector<std::string>& argv, const std::vector<s
 
 // ---------------------------------------------------------------------------------------------
 // Driving coroutines from the synchronous benchmark flow
-
 
 asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
     asio::steady_timer t(co_await asio::this_coro::executor);
@@ -326,6 +318,5 @@ bool pod_ready(const json::object& pod) {
     }
     return false;
 }
-
 
 }  // namespace kubesandbox::bench

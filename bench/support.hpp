@@ -126,7 +126,7 @@ struct Env {
     std::vector<std::string> kubectl_env() const { return {"KUBECONFIG=" + kubeconfig.string()}; }
 };
 inline std::vector<std::string> kubectl_exec_argv(const std::string& ns, const std::string& pod,
-                                           const std::vector<std::string>& cmd) {
+                                                  const std::vector<std::string>& cmd) {
     std::vector<std::string> a{"kubectl", "exec", "-n", ns, pod, "-c", "sandbox", "--"};
     a.insert(a.end(), cmd.begin(), cmd.end());
     return a;

@@ -46,7 +46,7 @@ asio::awaitable<int> quickstart(ks::SandboxProvider& provider) {
     const std::string id = (*sandbox)->id();
     auto gone = co_await provider.delete_sandbox(id);
     std::cout << "deleted: " << (gone && *gone ? "yes" : "no") << "\n";
-    co_return gone && *gone ? rc : 1;
+    co_return gone&&* gone ? rc : 1;
 }
 
 int main() {

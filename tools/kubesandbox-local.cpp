@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
         std::string_view a = argv[i];
         auto value = [&](std::string_view name) -> std::string {
             if (i + 1 >= argc) {
-                std::fprintf(stderr, "kubesandbox-local: %.*s needs a value\n", static_cast<int>(name.size()), name.data());
+                std::fprintf(stderr, "kubesandbox-local: %.*s needs a value\n", static_cast<int>(name.size()),
+                             name.data());
                 std::exit(2);
             }
             return argv[++i];
@@ -98,16 +99,19 @@ int main(int argc, char** argv) {
         return 2;
     }
     if (options.allow_anonymous && options.tls) {
-        std::fprintf(stderr, "kubesandbox-local: --insecure-allow-anonymous needs --plain-http (over HTTPS kubectl "
-                             "sends the kubeconfig's token)\n");
+        std::fprintf(stderr,
+                     "kubesandbox-local: --insecure-allow-anonymous needs --plain-http (over HTTPS kubectl "
+                     "sends the kubeconfig's token)\n");
         return 2;
     }
     if (!options.tls && !options.allow_anonymous)
-        std::fprintf(stderr, "kubesandbox-local: note: kubectl sends no token over plain HTTP, so its requests will "
-                             "get 401; add --insecure-allow-anonymous to accept them\n");
+        std::fprintf(stderr,
+                     "kubesandbox-local: note: kubectl sends no token over plain HTTP, so its requests will "
+                     "get 401; add --insecure-allow-anonymous to accept them\n");
     if (options.allow_anonymous)
-        std::fprintf(stderr, "kubesandbox-local: WARNING: unauthenticated requests are accepted with full access "
-                             "(--insecure-allow-anonymous)\n");
+        std::fprintf(stderr,
+                     "kubesandbox-local: WARNING: unauthenticated requests are accepted with full access "
+                     "(--insecure-allow-anonymous)\n");
     // Install the signal handlers before the cluster thread starts.
     boost::asio::io_context ioc;
     boost::asio::signal_set signals(ioc, SIGINT, SIGTERM);
@@ -119,18 +123,23 @@ int main(int argc, char** argv) {
     if (!(*cluster)->isolation_available()) {
         std::string why = (*cluster)->isolation_problem();
         if (options.allow_no_isolation)
-            std::fprintf(stderr, "kubesandbox-local: WARNING: bubblewrap isolation is unavailable (%s); pods run "
-                                 "UNISOLATED as host processes (--allow-no-isolation)\n", why.c_str());
+            std::fprintf(stderr,
+                         "kubesandbox-local: WARNING: bubblewrap isolation is unavailable (%s); pods run "
+                         "UNISOLATED as host processes (--allow-no-isolation)\n",
+                         why.c_str());
         else
-            std::fprintf(stderr, "kubesandbox-local: warning: bubblewrap isolation is unavailable (%s); pods will "
-                                 "fail with reason IsolationUnavailable (use --allow-no-isolation to run them "
-                                 "unisolated)\n", why.c_str());
+            std::fprintf(stderr,
+                         "kubesandbox-local: warning: bubblewrap isolation is unavailable (%s); pods will "
+                         "fail with reason IsolationUnavailable (use --allow-no-isolation to run them "
+                         "unisolated)\n",
+                         why.c_str());
     }
     if (auto w = (*cluster)->write_kubeconfig(kubeconfig); !w) {
         std::fprintf(stderr, "kubesandbox-local: %s\n", w.error().describe().c_str());
         return 1;
     }
-    std::fprintf(stderr, "kubesandbox-local: serving %s (kubeconfig %s)\n", (*cluster)->url().c_str(), kubeconfig.c_str());
+    std::fprintf(stderr, "kubesandbox-local: serving %s (kubeconfig %s)\n", (*cluster)->url().c_str(),
+                 kubeconfig.c_str());
     int received = 0;
     signals.async_wait([&](const boost::system::error_code& ec, int sig) {
         if (!ec) received = sig;

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -122,7 +122,8 @@ Args parse(int argc, char** argv) {
         else if (s == "--local") a.local = true;
         else if (s == "--json") a.json = true;
         else if (flag == "--image") a.config.image = value();
-        else if (flag == "--warm-pool-size") a.config.warm_pool_size = static_cast<int>(parse_number("--warm-pool-size", value()));
+        else if (flag == "--warm-pool-size")
+            a.config.warm_pool_size = static_cast<int>(parse_number("--warm-pool-size", value()));
         else if (s == "--namespace-per-sandbox") a.config.namespace_per_sandbox = true;
         else if (s == "--no-block-network") a.config.block_network = false;
         else if (flag == "--startup-timeout")
@@ -240,7 +241,8 @@ asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
     if (cmd == "exec") {
         std::vector<std::string> command = a.argv;
         if (a.rest.empty()) throw UsageError{"exec needs a sandbox ID"};
-        for (std::size_t i = 1; i < a.rest.size(); ++i) command.insert(command.begin() + static_cast<long>(i - 1), a.rest[i]);
+        for (std::size_t i = 1; i < a.rest.size(); ++i)
+            command.insert(command.begin() + static_cast<long>(i - 1), a.rest[i]);
         if (command.empty()) throw UsageError{"exec needs a command after --"};
         GetOrCreateOptions o;
         o.sandbox_id = a.rest[0];
@@ -258,7 +260,10 @@ asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
             std::string output = r->stdout_data;
             if (!output.empty() && !r->stderr_data.empty()) output += '\n';
             output += r->stderr_data;
-            if (r->timed_out) output = "Command timed out after " + std::to_string(timeout ? timeout->count() : provider.options().default_exec_timeout.count()) + " seconds";
+            if (r->timed_out)
+                output = "Command timed out after " +
+                         std::to_string(timeout ? timeout->count() : provider.options().default_exec_timeout.count()) +
+                         " seconds";
             json::object out;
             out["output"] = output;
             out["stdout"] = r->stdout_data;
@@ -272,7 +277,9 @@ asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
             std::fwrite(r->stdout_data.data(), 1, r->stdout_data.size(), stdout);
             std::fflush(stdout);
             std::fwrite(r->stderr_data.data(), 1, r->stderr_data.size(), stderr);
-            if (r->truncated) std::cerr << "kubesandbox: output truncated at " << provider.options().max_output_bytes << " bytes per stream\n";
+            if (r->truncated)
+                std::cerr << "kubesandbox: output truncated at " << provider.options().max_output_bytes
+                          << " bytes per stream\n";
             if (r->timed_out) std::cerr << "kubesandbox: command timed out; its processes were killed\n";
         }
         if (!r->exit_code) {
@@ -376,7 +383,8 @@ asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
         } else {
             for (const auto& d : r->deleted) std::cout << "deleted " << d << "\n";
             std::cout << "kept " << r->kept << "\n";
-            for (const auto& e : r->errors) std::cerr << "kubesandbox: error: " << e.id << ": " << e.error.describe() << "\n";
+            for (const auto& e : r->errors)
+                std::cerr << "kubesandbox: error: " << e.id << ": " << e.error.describe() << "\n";
         }
         co_return r->errors.empty() ? 0 : 1;
     }
@@ -484,8 +492,7 @@ int main(int argc, char** argv) {
             code = 1;
         }
     });
-    while (!done && ioc.run_one() > 0) {
-    }
+    while (!done && ioc.run_one() > 0) {}
     // Reconnects already wrote last-activity (debouncing the exec's own patch); a warm-pool
     // refill started by a claim is abandoned: its pods finish starting in the cluster.
     ioc.stop();

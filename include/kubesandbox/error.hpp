@@ -52,9 +52,9 @@ enum class errc {
     invalid_argument,
     io_error,
     unsupported,
-    pod_failed,          // container terminated, CrashLoopBackOff, ...
-    image_pull_failed,   // ErrImagePull / ImagePullBackOff
-    startup_timeout,     // sandbox not Ready within the startup timeout
+    pod_failed,         // container terminated, CrashLoopBackOff, ...
+    image_pull_failed,  // ErrImagePull / ImagePullBackOff
+    startup_timeout,    // sandbox not Ready within the startup timeout
 };
 
 }  // namespace kubesandbox
@@ -77,10 +77,10 @@ struct StatusCause {
 
 struct Error {
     boost::system::error_code code{};
-    std::string message{};                 // human text; never holds tokens or keys
-    unsigned http_status = 0;            // 0 when no HTTP response was involved
-    std::string reason{};                  // Kubernetes Status.reason when there was one
-    std::vector<StatusCause> causes{};     // Status.details.causes
+    std::string message{};                              // human text; never holds tokens or keys
+    unsigned http_status = 0;                           // 0 when no HTTP response was involved
+    std::string reason{};                               // Kubernetes Status.reason when there was one
+    std::vector<StatusCause> causes{};                  // Status.details.causes
     std::optional<std::chrono::seconds> retry_after{};  // Retry-After header or details.retryAfterSeconds
     // The Asio/Beast/SSL code behind a typed transport errc (connection_closed, invalid_response,
     // tls_error, timeout), kept so callers can tell a reset from an EOF; empty otherwise.
@@ -109,4 +109,3 @@ inline tl::unexpected<Error> fail(errc code, std::string message) {
 }
 
 }  // namespace kubesandbox
-

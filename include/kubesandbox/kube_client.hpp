@@ -64,16 +64,14 @@ public:
     // options come in two overloads instead of default arguments: g++ 12 destroys class-type
     // default arguments of coroutines twice.
     boost::asio::awaitable<Result<boost::json::object>> get(ResourcePath path);
-    boost::asio::awaitable<Result<boost::json::object>> create(ResourcePath collection,
-                                                               boost::json::object body, CreateOptions options);
-    boost::asio::awaitable<Result<boost::json::object>> create(ResourcePath collection,
-                                                               boost::json::object body) {
+    boost::asio::awaitable<Result<boost::json::object>> create(ResourcePath collection, boost::json::object body,
+                                                               CreateOptions options);
+    boost::asio::awaitable<Result<boost::json::object>> create(ResourcePath collection, boost::json::object body) {
         return create(std::move(collection), std::move(body), CreateOptions());
     }
-    boost::asio::awaitable<Result<boost::json::object>> replace(ResourcePath path,
-                                                                boost::json::object body);
-    boost::asio::awaitable<Result<boost::json::object>> patch(ResourcePath path,
-                                                              boost::json::value body, PatchType type);
+    boost::asio::awaitable<Result<boost::json::object>> replace(ResourcePath path, boost::json::object body);
+    boost::asio::awaitable<Result<boost::json::object>> patch(ResourcePath path, boost::json::value body,
+                                                              PatchType type);
     boost::asio::awaitable<Result<boost::json::object>> patch(ResourcePath path, boost::json::value body) {
         return patch(std::move(path), std::move(body), PatchType::merge);
     }

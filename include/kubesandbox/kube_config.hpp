@@ -51,8 +51,7 @@ struct KubeConfig {
     std::string password{};
 
     // Explicit URL + bearer token.
-    static KubeConfig from_url(std::string server, std::string token = {},
-                               std::string namespace_name = "default");
+    static KubeConfig from_url(std::string server, std::string token = {}, std::string namespace_name = "default");
 };
 
 struct KubeConfigLoadOptions {
@@ -70,8 +69,7 @@ Result<KubeConfig> load_kubeconfig(const KubeConfigLoadOptions& options = {});
 // Parses one kubeconfig document held in memory; `source` names it in error messages and
 // `base_dir` resolves relative certificate and token paths.
 Result<KubeConfig> parse_kubeconfig(std::string_view yaml, std::string_view source,
-                                    const std::filesystem::path& base_dir,
-                                    const KubeConfigLoadOptions& options = {});
+                                    const std::filesystem::path& base_dir, const KubeConfigLoadOptions& options = {});
 
 // KUBERNETES_SERVICE_HOST/PORT plus the service-account directory (token, ca.crt, namespace).
 Result<KubeConfig> load_in_cluster_config(

@@ -19,7 +19,7 @@ struct KubeClientOptions {
     int burst = 100;
     std::chrono::milliseconds connect_timeout{10'000};
     std::chrono::milliseconds request_timeout{30'000};  // whole exchange, per attempt
-    int max_retries = 5;                                 // idempotent requests only
+    int max_retries = 5;                                // idempotent requests only
     std::chrono::milliseconds retry_initial_backoff{200};
     std::chrono::milliseconds retry_max_backoff{5'000};
     std::chrono::seconds token_file_reload_interval{60};
@@ -89,8 +89,8 @@ struct DeleteOptions {
 enum class PatchType { merge, json, strategic };
 
 struct DeleteResult {
-    bool found = true;         // false: the object did not exist (404), delete is idempotent
-    boost::json::value body{};   // the Status or the object being deleted
+    bool found = true;          // false: the object did not exist (404), delete is idempotent
+    boost::json::value body{};  // the Status or the object being deleted
 };
 
 // A raw response, for paths the typed operations do not cover (discovery, logs).

@@ -18,10 +18,10 @@ namespace kubesandbox {
 
 struct LocalClusterOptions {
     std::string bind_address = "127.0.0.1";  // loopback unless told otherwise
-    std::uint16_t port = 0;                   // 0 = a free port
-    bool tls = true;                          // HTTPS with a generated CA; false = plain HTTP
-    std::filesystem::path data_dir{};           // empty = a temporary directory removed on stop
-    std::string token{};                        // bearer token; empty = random
+    std::uint16_t port = 0;                  // 0 = a free port
+    bool tls = true;                         // HTTPS with a generated CA; false = plain HTTP
+    std::filesystem::path data_dir{};        // empty = a temporary directory removed on stop
+    std::string token{};                     // bearer token; empty = random
     std::chrono::seconds continue_token_ttl{300};
     // Run pods without bubblewrap namespaces when bwrap cannot create them. Loudly unsafe.
     bool allow_no_isolation = false;
@@ -49,11 +49,11 @@ struct LocalClusterOptions {
 //                        (exec, port-forward, log) and watches. The cut is a plain
 //                        close: no WebSocket close frame, no final chunk, no exec status.
 struct FaultRule {
-    std::string path_contains;       // applies to requests whose target contains this ("" = all)
-    std::string method{};              // "" = any
-    int count = 1;                   // how many requests it hits; -1 = until cleared
+    std::string path_contains;  // applies to requests whose target contains this ("" = all)
+    std::string method{};       // "" = any
+    int count = 1;              // how many requests it hits; -1 = until cleared
     enum class Action { status, drop_before_response, drop_mid_body, latency, drop_mid_stream } action = Action::status;
-    unsigned status = 500;           // for Action::status
+    unsigned status = 500;  // for Action::status
     std::optional<int> retry_after_seconds{};
     std::chrono::milliseconds latency{0};
     std::size_t drop_after_bytes = 0;  // for Action::drop_mid_stream
@@ -68,7 +68,7 @@ public:
     std::string url() const;
     std::uint16_t port() const;
     const std::string& token() const;
-    const std::string& ca_pem() const;        // empty for plain HTTP
+    const std::string& ca_pem() const;  // empty for plain HTTP
     bool isolation_available() const;
     // Why pods cannot be isolated ("" when they can); pods then fail with reason
     // IsolationUnavailable and this message, unless allow_no_isolation is set.

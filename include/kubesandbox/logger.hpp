@@ -21,7 +21,9 @@ public:
     // Lines at `min_level` and above go to `sink` (which may be called from any thread).
     Logger(LogLevel min_level, Sink sink) : min_level_(min_level), sink_(std::move(sink)) {}
 
-    static Logger silent() { return Logger(LogLevel::error, [](LogLevel, std::string_view) {}); }
+    static Logger silent() {
+        return Logger(LogLevel::error, [](LogLevel, std::string_view) {});
+    }
 
     bool enabled(LogLevel level) const noexcept { return level >= min_level_; }
     void log(LogLevel level, std::string_view message) const;

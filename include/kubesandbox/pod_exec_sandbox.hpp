@@ -36,8 +36,7 @@ struct RunResponse {
 
 class PodExecSandbox final : public Sandbox {
 public:
-    PodExecSandbox(KubeClient client, std::string namespace_name, std::string pod_name,
-                      PodExecSandboxOptions options);
+    PodExecSandbox(KubeClient client, std::string namespace_name, std::string pod_name, PodExecSandboxOptions options);
     ~PodExecSandbox() override;
 
     const std::string& id() const override { return id_; }
@@ -56,7 +55,7 @@ public:
     // Runs argv directly (no shell) in the workdir, feeding `stdin_data` (closed afterwards on
     // v5). Each stream is capped at max_output_bytes; a timeout kills what the command started.
     boost::asio::awaitable<Result<RunResponse>> run(std::vector<std::string> argv, std::string stdin_data,
-                                                        std::optional<std::chrono::seconds> timeout);
+                                                    std::optional<std::chrono::seconds> timeout);
 
 private:
     struct Internals;

@@ -44,7 +44,7 @@ struct RawProviderOptions {
     boost::json::array volumes{};
     boost::json::array volume_mounts{};
     boost::json::array init_containers{};
-    boost::json::object pod_template_overrides{};  // JSON-merge-patched into spec (null deletes)
+    boost::json::object pod_template_overrides{};            // JSON-merge-patched into spec (null deletes)
     std::map<std::string, std::string> extra_labels{};       // verbatim keys
     std::map<std::string, std::string> extra_annotations{};  // verbatim keys
     std::chrono::seconds startup_timeout{120};

@@ -25,9 +25,9 @@ namespace keys {
 inline constexpr const char* prefix = "kubesandbox.io/";
 inline constexpr const char* managed_by = "kubesandbox.io/managed-by";  // label, value "kubesandbox"
 inline constexpr const char* managed_by_value = "kubesandbox";
-inline constexpr const char* sandbox_id = "kubesandbox.io/sandbox-id";      // label, sanitised id
-inline constexpr const char* pool_status = "kubesandbox.io/pool-status";    // label, warm | active
-inline constexpr const char* created_at = "kubesandbox.io/created-at";      // annotation, always
+inline constexpr const char* sandbox_id = "kubesandbox.io/sandbox-id";    // label, sanitised id
+inline constexpr const char* pool_status = "kubesandbox.io/pool-status";  // label, warm | active
+inline constexpr const char* created_at = "kubesandbox.io/created-at";    // annotation, always
 inline constexpr const char* ttl_seconds = "kubesandbox.io/ttl-seconds";
 inline constexpr const char* ttl_idle_seconds = "kubesandbox.io/ttl-idle-seconds";
 inline constexpr const char* last_activity = "kubesandbox.io/last-activity";
@@ -58,7 +58,7 @@ struct SandboxInfo {
     std::string id{};  // the caller id (original), or the object name for random sandboxes
     std::string namespace_name{};
     std::string pod_name{};
-    std::string status{};  // pending | running | warm | terminated | failed
+    std::string status{};                         // pending | running | warm | terminated | failed
     std::map<std::string, std::string> labels{};  // user labels, prefix stripped
     std::string created_at{};
     std::string last_activity{};

@@ -62,8 +62,8 @@ struct SpawnAttr {
 
 // Reads until EOF; keeps the first `limit` bytes and drains the rest so the plugin never blocks
 // on a full pipe. Errors come back as values (this is raced against a timer).
-asio::awaitable<void> read_all(asio::posix::stream_descriptor& sd, std::string& out, std::size_t limit,
-                               bool& overflow, sys_error& result) {
+asio::awaitable<void> read_all(asio::posix::stream_descriptor& sd, std::string& out, std::size_t limit, bool& overflow,
+                               sys_error& result) {
     char buf[4096];
     for (;;) {
         auto [ec, n] = co_await sd.async_read_some(asio::buffer(buf), tuple_awaitable);
@@ -81,8 +81,7 @@ asio::awaitable<void> read_all(asio::posix::stream_descriptor& sd, std::string& 
 
 // Waits for `pid` to exit and reaps it. `status` stays -1 when the status could not be
 // collected (someone else reaped the child). Uses the pidfd when there is one, else polls.
-asio::awaitable<void> wait_exit(asio::posix::stream_descriptor* pidfd, pid_t pid, int& status,
-                                bool& exited) {
+asio::awaitable<void> wait_exit(asio::posix::stream_descriptor* pidfd, pid_t pid, int& status, bool& exited) {
     auto executor = co_await asio::this_coro::executor;
     asio::steady_timer poll(executor);
     for (;;) {
@@ -175,10 +174,8 @@ asio::awaitable<Result<Credential>> ExecCredentialProvider::get(bool force_refre
     auto run = std::make_shared<Run>();
     running_ = run;
     Result<Credential> result = co_await run_plugin();
-    if (result)
-        cached_ = *result;
-    else
-        cached_.reset();
+    if (result) cached_ = *result;
+    else cached_.reset();
     run->result = result;
     if (running_ == run) running_.reset();
     for (auto& t : run->waiters) t->cancel();
@@ -240,8 +237,7 @@ asio::awaitable<Result<Credential>> ExecCredentialProvider::run_plugin() {
         posix_spawnattr_setsigmask(&attr.attr, &empty);
         posix_spawnattr_setsigdefault(&attr.attr, &all);
         posix_spawnattr_setpgroup(&attr.attr, 0);
-        posix_spawnattr_setflags(&attr.attr,
-                                 POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+        posix_spawnattr_setflags(&attr.attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
         rc = ::posix_spawnp(&pid, config_.command.c_str(), &fa.fa, &attr.attr, argv.data(), envp.data());
     }
     out_w.reset();
@@ -261,8 +257,7 @@ asio::awaitable<Result<Credential>> ExecCredentialProvider::run_plugin() {
     asio::posix::stream_descriptor out_sd(executor_, out_r.release());
     asio::posix::stream_descriptor err_sd(executor_, err_r.release());
     std::optional<asio::posix::stream_descriptor> pidfd_sd;
-    if (int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); pidfd >= 0)
-        pidfd_sd.emplace(executor_, pidfd);
+    if (int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); pidfd >= 0) pidfd_sd.emplace(executor_, pidfd);
     asio::posix::stream_descriptor* pidfd_ptr = pidfd_sd ? &*pidfd_sd : nullptr;
 
     std::string out, err;
@@ -296,7 +291,8 @@ asio::awaitable<Result<Credential>> ExecCredentialProvider::run_plugin() {
     }
     if (out_ec || out_overflow)
         co_return fail(errc::exec_plugin_failed,
-                       name + ": " + (out_overflow ? std::string("output too large") : "reading output: " + out_ec.message()) +
+                       name + ": " +
+                           (out_overflow ? std::string("output too large") : "reading output: " + out_ec.message()) +
                            describe_stderr(std::move(err), err_overflow));
     auto parsed = proto::parse_exec_credential(out, config_.api_version);
     if (!parsed)

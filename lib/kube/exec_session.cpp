@@ -149,19 +149,25 @@ asio::awaitable<ReadResult> read_loop(WebSocket& ws, ExecOutcome& out, std::stri
         if (!ws.got_binary()) {
             finished = true;
             ws.next_layer().close();
-            co_return ReadResult{make_error(errc::invalid_response, "exec server sent a text message on a binary protocol")};
+            co_return ReadResult{
+                make_error(errc::invalid_response, "exec server sent a text message on a binary protocol")};
         }
         std::string_view message(static_cast<const char*>(buffer.data().data()), buffer.size());
         if (!message.empty()) {
             auto frame = proto::decode_channel_frame(message);
             if (frame) {
                 switch (frame->channel) {
-                case 1: add_capped(out.stdout_data, frame->payload, options.max_stdout, out.stdout_truncated); break;
-                case 2: add_capped(out.stderr_data, frame->payload, options.max_stderr, out.stderr_truncated); break;
-                case 3:
-                    if (status.size() < 1024 * 1024) status.append(frame->payload);
-                    break;
-                default: break;  // 255 close signals and unknown channels need no action here
+                    case 1:
+                        add_capped(out.stdout_data, frame->payload, options.max_stdout, out.stdout_truncated);
+                        break;
+                    case 2:
+                        add_capped(out.stderr_data, frame->payload, options.max_stderr, out.stderr_truncated);
+                        break;
+                    case 3:
+                        if (status.size() < 1024 * 1024) status.append(frame->payload);
+                        break;
+                    default:
+                        break;  // 255 close signals and unknown channels need no action here
                 }
             }
         }
@@ -169,7 +175,8 @@ asio::awaitable<ReadResult> read_loop(WebSocket& ws, ExecOutcome& out, std::stri
     }
 }
 
-asio::awaitable<std::optional<Error>> write_stdin(WebSocket& ws, const std::string& data, bool v5, const bool& finished) {
+asio::awaitable<std::optional<Error>> write_stdin(WebSocket& ws, const std::string& data, bool v5,
+                                                  const bool& finished) {
     std::size_t pos = 0;
     while (pos < data.size() && !finished) {
         const std::size_t n = std::min(max_stdin_message, data.size() - pos);

@@ -151,11 +151,11 @@ asio::awaitable<Result<ListPage>> KubeClient::list(ResourcePath collection, List
     co_return proto::decode_list(r->body);
 }
 
-asio::awaitable<Result<HttpResponse>> KubeClient::request(std::string method, std::string target,
-                                                          std::string body, std::string content_type) {
+asio::awaitable<Result<HttpResponse>> KubeClient::request(std::string method, std::string target, std::string body,
+                                                          std::string content_type) {
     const bool idempotent = method == "GET" || method == "HEAD" || method == "PUT" || method == "DELETE";
-    kube::RawRequest raw_request{std::string(method), std::string(target), std::move(body),
-                                      std::string(content_type), idempotent};
+    kube::RawRequest raw_request{std::string(method), std::string(target), std::move(body), std::string(content_type),
+                                 idempotent};
     auto r = co_await impl_->execute(std::move(raw_request));
     if (!r) co_return fail(r.error());
     co_return HttpResponse{r->status, std::move(r->content_type), std::move(r->body)};

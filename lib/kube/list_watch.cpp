@@ -19,7 +19,8 @@ std::string object_key(const json::object& o) {
     const json::value* md = o.if_contains("metadata");
     if (!md || !md->is_object()) return {};
     std::string key;
-    if (auto* ns = md->get_object().if_contains("namespace"); ns && ns->is_string()) key = std::string(ns->get_string());
+    if (auto* ns = md->get_object().if_contains("namespace"); ns && ns->is_string())
+        key = std::string(ns->get_string());
     key += '/';
     if (auto* n = md->get_object().if_contains("name"); n && n->is_string()) key += std::string(n->get_string());
     return key;

@@ -11,10 +11,10 @@
 namespace kubesandbox::kube {
 
 struct Attempt {
-    int number = 0;            // 0 for the first try
-    bool idempotent = false;   // GET/LIST/PUT/DELETE/PATCH, or a create marked idempotent
-    bool request_sent = false; // false when we failed before a byte could reach the server
-    unsigned http_status = 0;  // 0 when the attempt failed below HTTP
+    int number = 0;             // 0 for the first try
+    bool idempotent = false;    // GET/LIST/PUT/DELETE/PATCH, or a create marked idempotent
+    bool request_sent = false;  // false when we failed before a byte could reach the server
+    unsigned http_status = 0;   // 0 when the attempt failed below HTTP
     std::optional<std::chrono::seconds> retry_after;
 };
 

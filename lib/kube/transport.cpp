@@ -41,8 +41,9 @@ KubeClient::Impl::Impl(asio::any_io_executor ex, KubeConfig cfg, KubeClientOptio
     url = *parsed;
     if (!url.tls && has_credentials(config) && !proto::is_loopback_host(url.host)) {
         // Bearer tokens and passwords in clear text on the network: refuse (loopback is fine).
-        config_error = make_error(errc::invalid_config, "refusing to send credentials over plain http:// to non-loopback host " +
-                                                            url.host + ": use https:// for this server");
+        config_error =
+            make_error(errc::invalid_config, "refusing to send credentials over plain http:// to non-loopback host " +
+                                                 url.host + ": use https:// for this server");
         return;
     }
     target.host = url.host;
@@ -74,7 +75,8 @@ asio::awaitable<Result<net::AnyStream>> KubeClient::Impl::connect(steady_clock::
     if (config_error) co_return fail(*config_error);
     // An explicit proxy-url, else HTTPS_PROXY/HTTP_PROXY unless NO_PROXY matches.
     net::ConnectTarget t = target;
-    t.proxy_url = config.proxy_url.empty() ? net::proxy_from_environment(url.tls, url.host, url.port) : config.proxy_url;
+    t.proxy_url =
+        config.proxy_url.empty() ? net::proxy_from_environment(url.tls, url.host, url.port) : config.proxy_url;
     co_return co_await net::connect(executor, std::move(t), deadline);
 }
 

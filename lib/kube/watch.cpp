@@ -20,8 +20,8 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace json = boost::json;
-using std::chrono::steady_clock;
 using net::use_tuple;
+using std::chrono::steady_clock;
 
 namespace {
 
@@ -98,14 +98,11 @@ asio::awaitable<Result<std::optional<WatchEvent>>> WatchStream::next() {
             s.finished = true;
             s.stream.close();
             if (!closed_by_caller && s.idle_timeout.count() > 0 && steady_clock::now() >= idle_deadline)
-                s.failure = mapped_error(errc::timeout,
-                                         "watch idle: nothing received for " + std::to_string(s.idle_timeout.count()) +
-                                             " ms",
-                                         ec);
-            else if (ec == asio::error::operation_aborted)
-                s.failure = make_error(errc::cancelled, "watch cancelled");
-            else
-                s.failure = mapped_error(errc::connection_closed, "watch connection lost: " + ec.message(), ec);
+                s.failure = mapped_error(
+                    errc::timeout, "watch idle: nothing received for " + std::to_string(s.idle_timeout.count()) + " ms",
+                    ec);
+            else if (ec == asio::error::operation_aborted) s.failure = make_error(errc::cancelled, "watch cancelled");
+            else s.failure = mapped_error(errc::connection_closed, "watch connection lost: " + ec.message(), ec);
         }
     }
 }
@@ -126,7 +123,8 @@ asio::awaitable<Result<WatchStream>> KubeClient::watch(ResourcePath collection, 
             impl->client = impl_;
             impl->stream = std::move(*stream);
             impl->idle_timeout = options.idle_timeout;
-            http::request<http::empty_body> req{http::verb::get, c.full_target(proto::watch_target(collection, options)), 11};
+            http::request<http::empty_body> req{http::verb::get,
+                                                c.full_target(proto::watch_target(collection, options)), 11};
             req.set(http::field::host, c.host_header());
             req.set(http::field::user_agent, c.options.user_agent);
             req.set(http::field::accept, "application/json");
@@ -151,13 +149,14 @@ asio::awaitable<Result<WatchStream>> KubeClient::watch(ResourcePath collection, 
                 while (!impl->parser.is_done() && body.size() < 64 * 1024) {
                     impl->parser.get().body().data = buf.data();
                     impl->parser.get().body().size = buf.size();
-                    auto [bec, bn] = co_await http::async_read_some(impl->stream, impl->buffer, impl->parser, use_tuple);
+                    auto [bec, bn] =
+                        co_await http::async_read_some(impl->stream, impl->buffer, impl->parser, use_tuple);
                     body.append(buf.data(), buf.size() - impl->parser.get().body().size);
                     if (bec && bec != http::error::need_buffer) break;
                 }
                 impl->stream.close();
-                Error e = proto::error_from_response(status, std::string(impl->parser.get()[http::field::content_type]), body,
-                                                     std::string(impl->parser.get()[http::field::retry_after]));
+                Error e = proto::error_from_response(status, std::string(impl->parser.get()[http::field::content_type]),
+                                                     body, std::string(impl->parser.get()[http::field::retry_after]));
                 if (status == 401 && !auth_refreshed && c.can_refresh_credentials()) {
                     auth_refreshed = true;
                     --number;

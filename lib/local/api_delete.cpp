@@ -1,15 +1,5 @@
 // Delete with preconditions, grace periods, garbage collection of dependents and namespace termination.
-#include "local/api_server_impl.hpp"
-#include "util/json_access.hpp"
-#include "util/time_format.hpp"
-#include "local/known_fields.hpp"
-#include "local/kubelet.hpp"
-#include "local/protobuf_objects.hpp"
-#include "local/store.hpp"
-#include "proto/label_selector.hpp"
-#include "proto/patch.hpp"
-#include "proto/status.hpp"
-#include "proto/validation.hpp"
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -21,13 +11,23 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
-#include <algorithm>
 #include <charconv>
 #include <ctime>
 #include <list>
 #include <set>
 #include <sstream>
 #include <variant>
+#include "local/api_server_impl.hpp"
+#include "local/known_fields.hpp"
+#include "local/kubelet.hpp"
+#include "local/protobuf_objects.hpp"
+#include "local/store.hpp"
+#include "proto/label_selector.hpp"
+#include "proto/patch.hpp"
+#include "proto/status.hpp"
+#include "proto/validation.hpp"
+#include "util/json_access.hpp"
+#include "util/time_format.hpp"
 
 namespace kubesandbox::local {
 
@@ -54,7 +54,8 @@ ObjectPtr ApiServer::Impl::remove_now(const ResourceType& t, const ObjectKey& ke
     return last;
 }
 
-std::vector<ApiServer::Impl::Dependent> ApiServer::Impl::dependents_of(const std::string& uid, const std::string& owner_ns) {
+std::vector<ApiServer::Impl::Dependent> ApiServer::Impl::dependents_of(const std::string& uid,
+                                                                       const std::string& owner_ns) {
     std::vector<Dependent> out;
     for (const auto& t : resource_types()) {
         for (const auto& [key, obj] : store.objects(t.id())) {
@@ -117,7 +118,8 @@ void ApiServer::Impl::finish_foreground_owners() {
     }
 }
 
-ApiServer::Impl::DeleteResult ApiServer::Impl::delete_object(const ResourceType& t, const ObjectKey& key, const DeleteOptions& opts) {
+ApiServer::Impl::DeleteResult ApiServer::Impl::delete_object(const ResourceType& t, const ObjectKey& key,
+                                                             const DeleteOptions& opts) {
     auto cur = store.get(t.id(), key);
     if (!cur) return {};
     const auto& m = metadata_of(*cur);
@@ -239,7 +241,9 @@ std::variant<DeleteOptions, Response> ApiServer::Impl::delete_options(const Requ
     if (!req.msg.body().empty()) {
         error_code ec;
         json::value v = json::parse(req.msg.body(), ec);
-        if (ec || !v.is_object()) return bad_request("the server rejected our request due to an error in our request: invalid DeleteOptions body");
+        if (ec || !v.is_object())
+            return bad_request(
+                "the server rejected our request due to an error in our request: invalid DeleteOptions body");
         auto& o = v.as_object();
         if (auto g = o.if_contains("gracePeriodSeconds"); g && g->is_int64()) opts.grace = g->as_int64();
         if (auto p = o.if_contains("propagationPolicy"); p && p->is_string()) opts.propagation = p->as_string();
@@ -266,11 +270,13 @@ Response ApiServer::Impl::delete_item(const Request& req, const Route& r) {
     if (!cur) return not_found(t, r.name);
     const auto& m = metadata_of(*cur);
     if (!opts.precondition_uid.empty() && opts.precondition_uid != string_at(m, "uid"))
-        return conflict(t, r.name, "Precondition failed: UID in precondition: " + opts.precondition_uid +
-                                       ", UID in object meta: " + string_at(m, "uid"));
+        return conflict(t, r.name,
+                        "Precondition failed: UID in precondition: " + opts.precondition_uid +
+                            ", UID in object meta: " + string_at(m, "uid"));
     if (!opts.precondition_rv.empty() && opts.precondition_rv != string_at(m, "resourceVersion"))
-        return conflict(t, r.name, "Precondition failed: ResourceVersion in precondition: " + opts.precondition_rv +
-                                       ", ResourceVersion in object meta: " + string_at(m, "resourceVersion"));
+        return conflict(t, r.name,
+                        "Precondition failed: ResourceVersion in precondition: " + opts.precondition_rv +
+                            ", ResourceVersion in object meta: " + string_at(m, "resourceVersion"));
     if (t.group.empty() && t.plural == "namespaces" &&
         (r.name == "default" || r.name == "kube-system" || r.name == "kube-public"))
         return status_response(403, "Forbidden",

@@ -1,15 +1,5 @@
 // Discovery: /version, /api, /apis and the openapi documents kubectl reads.
-#include "local/api_server_impl.hpp"
-#include "util/json_access.hpp"
-#include "util/time_format.hpp"
-#include "local/known_fields.hpp"
-#include "local/kubelet.hpp"
-#include "local/protobuf_objects.hpp"
-#include "local/store.hpp"
-#include "proto/label_selector.hpp"
-#include "proto/patch.hpp"
-#include "proto/status.hpp"
-#include "proto/validation.hpp"
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -21,13 +11,23 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
-#include <algorithm>
 #include <charconv>
 #include <ctime>
 #include <list>
 #include <set>
 #include <sstream>
 #include <variant>
+#include "local/api_server_impl.hpp"
+#include "local/known_fields.hpp"
+#include "local/kubelet.hpp"
+#include "local/protobuf_objects.hpp"
+#include "local/store.hpp"
+#include "proto/label_selector.hpp"
+#include "proto/patch.hpp"
+#include "proto/status.hpp"
+#include "proto/validation.hpp"
+#include "util/json_access.hpp"
+#include "util/time_format.hpp"
 
 namespace kubesandbox::local {
 
@@ -58,8 +58,11 @@ json::object resource_list(const std::string& group_version, const std::string& 
     json::array resources;
     for (const auto& t : resource_types()) {
         if (t.group != group || std::find(t.versions.begin(), t.versions.end(), version) == t.versions.end()) continue;
-        json::object r{{"name", t.plural},          {"singularName", t.singular}, {"namespaced", t.namespaced},
-                       {"kind", t.kind},            {"verbs", verbs_for(t)}};
+        json::object r{{"name", t.plural},
+                       {"singularName", t.singular},
+                       {"namespaced", t.namespaced},
+                       {"kind", t.kind},
+                       {"verbs", verbs_for(t)}};
         if (!t.short_names.empty()) {
             json::array sn;
             for (auto& s : t.short_names) sn.push_back(json::value(s));
@@ -83,8 +86,8 @@ json::object resource_list(const std::string& group_version, const std::string& 
             resources.push_back(s);
         }
     }
-    return json::object{{"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", group_version},
-                        {"resources", resources}};
+    return json::object{
+        {"kind", "APIResourceList"}, {"apiVersion", "v1"}, {"groupVersion", group_version}, {"resources", resources}};
 }
 
 json::object api_group(const std::string& group) {
@@ -96,10 +99,10 @@ json::object api_group(const std::string& group) {
             if (std::find(seen.begin(), seen.end(), v) == seen.end()) seen.push_back(v);
     }
     for (const auto& v : seen) versions.push_back(json::object{{"groupVersion", group + "/" + v}, {"version", v}});
-    return json::object{{"name", group},
-                        {"versions", versions},
-                        {"preferredVersion", json::object{{"groupVersion", group + "/" + seen.front()},
-                                                          {"version", seen.front()}}}};
+    return json::object{
+        {"name", group},
+        {"versions", versions},
+        {"preferredVersion", json::object{{"groupVersion", group + "/" + seen.front()}, {"version", seen.front()}}}};
 }
 
 std::vector<std::string> api_groups() {
@@ -121,11 +124,12 @@ Response discovery(ApiServer::Impl& impl, const Request& req, bool& handled) {
         return r;
     }
     if (s.size() == 1 && s[0] == "api")
-        return json_response(200, json::object{{"kind", "APIVersions"},
-                                               {"versions", json::array{"v1"}},
-                                               {"serverAddressByClientCIDRs",
-                                                json::array{json::object{{"clientCIDR", "0.0.0.0/0"},
-                                                                         {"serverAddress", impl.options.server_address}}}}});
+        return json_response(200,
+                             json::object{{"kind", "APIVersions"},
+                                          {"versions", json::array{"v1"}},
+                                          {"serverAddressByClientCIDRs",
+                                           json::array{json::object{{"clientCIDR", "0.0.0.0/0"},
+                                                                    {"serverAddress", impl.options.server_address}}}}});
     if (s.size() == 2 && s[0] == "api" && s[1] == "v1") return json_response(200, resource_list("v1", "", "v1"));
     if (s.size() == 1 && s[0] == "apis") {
         json::array groups;

@@ -1,16 +1,6 @@
 // List with selectors and pagination, delete collection, pod status from the kubelet, and the
 // ApiServer methods.
-#include "local/api_server_impl.hpp"
-#include "util/json_access.hpp"
-#include "util/time_format.hpp"
-#include "local/known_fields.hpp"
-#include "local/kubelet.hpp"
-#include "local/protobuf_objects.hpp"
-#include "local/store.hpp"
-#include "proto/label_selector.hpp"
-#include "proto/patch.hpp"
-#include "proto/status.hpp"
-#include "proto/validation.hpp"
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -22,13 +12,23 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
-#include <algorithm>
 #include <charconv>
 #include <ctime>
 #include <list>
 #include <set>
 #include <sstream>
 #include <variant>
+#include "local/api_server_impl.hpp"
+#include "local/known_fields.hpp"
+#include "local/kubelet.hpp"
+#include "local/protobuf_objects.hpp"
+#include "local/store.hpp"
+#include "proto/label_selector.hpp"
+#include "proto/patch.hpp"
+#include "proto/status.hpp"
+#include "proto/validation.hpp"
+#include "util/json_access.hpp"
+#include "util/time_format.hpp"
 
 namespace kubesandbox::local {
 
@@ -39,7 +39,8 @@ namespace json = boost::json;
 using boost::system::error_code;
 using namespace std::chrono_literals;
 
-std::variant<ApiServer::Impl::Selectors, Response> ApiServer::Impl::selectors(const Request& req, const ResourceType& t) {
+std::variant<ApiServer::Impl::Selectors, Response> ApiServer::Impl::selectors(const Request& req,
+                                                                              const ResourceType& t) {
     Selectors s;
     if (auto it = req.query.find("labelSelector"); it != req.query.end()) {
         auto ls = proto::LabelSelector::parse(it->second);
@@ -78,7 +79,9 @@ Response ApiServer::Impl::list(const Request& req, const Route& r) {
     bool has_after = false;
     if (!cont.empty()) {
         auto tok = decode_continue(cont);
-        if (!tok) return bad_request("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)");
+        if (!tok)
+            return bad_request(
+                "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)");
         after = tok->after;
         has_after = true;
         if (tok->id != 0) {
@@ -129,10 +132,10 @@ Response ApiServer::Impl::list(const Request& req, const Route& r) {
         auto io = req.query.find("includeObject");
         return json_response(200, to_table(t, objs, io != req.query.end() && io->second == "Object", meta));
     }
-    return json_response(200, json::object{{"kind", t.kind + "List"},
-                                           {"apiVersion", t.api_version(r.version)},
-                                           {"metadata", meta},
-                                           {"items", items}});
+    return json_response(
+        200,
+        json::object{
+            {"kind", t.kind + "List"}, {"apiVersion", t.api_version(r.version)}, {"metadata", meta}, {"items", items}});
 }
 
 Response ApiServer::Impl::delete_collection(const Request& req, const Route& r) {
@@ -152,13 +155,15 @@ Response ApiServer::Impl::delete_collection(const Request& req, const Route& r) 
         }
     if (!opts.dry_run)
         for (auto& k : keys) delete_object(t, k, opts);
-    return json_response(200, json::object{{"kind", t.kind + "List"},
-                                           {"apiVersion", t.api_version(r.version)},
-                                           {"metadata", json::object{{"resourceVersion", std::to_string(store.resource_version())}}},
-                                           {"items", items}});
+    return json_response(
+        200, json::object{{"kind", t.kind + "List"},
+                          {"apiVersion", t.api_version(r.version)},
+                          {"metadata", json::object{{"resourceVersion", std::to_string(store.resource_version())}}},
+                          {"items", items}});
 }
 
-void ApiServer::Impl::write_pod_status(const std::string& ns, const std::string& name, const std::string& uid, json::object status) {
+void ApiServer::Impl::write_pod_status(const std::string& ns, const std::string& name, const std::string& uid,
+                                       json::object status) {
     if (stopping) return;
     const ResourceType& t = *find_resource_by_id("pods");
     auto cur = store.get("pods", {ns, name});
@@ -183,7 +188,6 @@ void ApiServer::Impl::write_pod_status(const std::string& ns, const std::string&
     }
     if (all_done) remove_now(t, {ns, name});
 }
-
 
 ApiServer::ApiServer(asio::any_io_executor executor, ApiServerOptions options, FaultList& faults)
     : impl_(std::make_unique<Impl>(std::move(executor), std::move(options), faults)) {}

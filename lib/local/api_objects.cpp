@@ -1,15 +1,5 @@
 // Create, update and patch with validation and defaulting, and the watch fan-out.
-#include "local/api_server_impl.hpp"
-#include "util/json_access.hpp"
-#include "util/time_format.hpp"
-#include "local/known_fields.hpp"
-#include "local/kubelet.hpp"
-#include "local/protobuf_objects.hpp"
-#include "local/store.hpp"
-#include "proto/label_selector.hpp"
-#include "proto/patch.hpp"
-#include "proto/status.hpp"
-#include "proto/validation.hpp"
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -21,13 +11,23 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
-#include <algorithm>
 #include <charconv>
 #include <ctime>
 #include <list>
 #include <set>
 #include <sstream>
 #include <variant>
+#include "local/api_server_impl.hpp"
+#include "local/known_fields.hpp"
+#include "local/kubelet.hpp"
+#include "local/protobuf_objects.hpp"
+#include "local/store.hpp"
+#include "proto/label_selector.hpp"
+#include "proto/patch.hpp"
+#include "proto/status.hpp"
+#include "proto/validation.hpp"
+#include "util/json_access.hpp"
+#include "util/time_format.hpp"
 
 namespace kubesandbox::local {
 
@@ -111,11 +111,10 @@ void ApiServer::Impl::dispatch_event(const StoreEvent& ev) {
 }
 
 std::optional<Response> ApiServer::Impl::check_namespace_for_create(const ResourceType& t, const std::string& ns,
-                                                   const std::string& name) {
+                                                                    const std::string& name) {
     auto nso = store.get("namespaces", {"", ns});
     if (!nso) {
-        return status_response(404, "NotFound", "namespaces \"" + ns + "\" not found",
-                               res_details(ns_type(), ns));
+        return status_response(404, "NotFound", "namespaces \"" + ns + "\" not found", res_details(ns_type(), ns));
     }
     if (metadata_of(*nso).contains("deletionTimestamp")) {
         proto::StatusDetails d = res_details(t, name);
@@ -149,10 +148,11 @@ std::vector<StatusCause> ApiServer::Impl::validate_pod_spec(const json::object& 
         if (name.empty()) causes.push_back({"FieldValueRequired", "Required value", prefix + ".name"});
         else {
             for (auto& m : proto::validate_dns1123_label(name))
-                causes.push_back({"FieldValueInvalid", "Invalid value: " + proto::go_quote(name) + ": " + m,
-                                  prefix + ".name"});
+                causes.push_back(
+                    {"FieldValueInvalid", "Invalid value: " + proto::go_quote(name) + ": " + m, prefix + ".name"});
             if (!names.insert(name).second)
-                causes.push_back({"FieldValueDuplicate", "Duplicate value: " + proto::go_quote(name), prefix + ".name"});
+                causes.push_back(
+                    {"FieldValueDuplicate", "Duplicate value: " + proto::go_quote(name), prefix + ".name"});
         }
         if (string_at(c.as_object(), "image").empty())
             causes.push_back({"FieldValueRequired", "Required value", prefix + ".image"});
@@ -184,12 +184,12 @@ void ApiServer::Impl::default_pod(json::object& o) {
             if (!co.contains("resources")) co["resources"] = json::object{};
         }
     std::string now = util::now_rfc3339();
-    json::object status{{"phase", "Pending"},
-                        {"qosClass", "BestEffort"},
-                        {"conditions", json::array{json::object{{"type", "PodScheduled"},
-                                                                {"status", "True"},
-                                                                {"lastProbeTime", nullptr},
-                                                                {"lastTransitionTime", now}}}}};
+    json::object status{
+        {"phase", "Pending"},
+        {"qosClass", "BestEffort"},
+        {"conditions",
+         json::array{json::object{
+             {"type", "PodScheduled"}, {"status", "True"}, {"lastProbeTime", nullptr}, {"lastTransitionTime", now}}}}};
     o["status"] = status;
 }
 
@@ -241,8 +241,12 @@ std::variant<json::object, Response> ApiServer::Impl::parse_body(const Request& 
                                "application/cbor");
     error_code ec;
     json::value v = json::parse(req.msg.body(), ec);
-    if (ec) return bad_request("the server rejected our request due to an error in our request: json parse error: " + ec.message());
-    if (!v.is_object()) return bad_request("the server rejected our request due to an error in our request: the body is not a JSON object");
+    if (ec)
+        return bad_request("the server rejected our request due to an error in our request: json parse error: " +
+                           ec.message());
+    if (!v.is_object())
+        return bad_request(
+            "the server rejected our request due to an error in our request: the body is not a JSON object");
     auto& o = v.as_object();
     if (!o.contains("metadata") || !o["metadata"].is_object()) o["metadata"] = json::object{};
     return std::move(o);
@@ -253,7 +257,8 @@ bool ApiServer::Impl::dry_run(const Request& req) const {
     return it != req.query.end() && it->second == "All";
 }
 
-std::variant<std::string, Response> ApiServer::Impl::field_validation(const Request& req, std::string_view options_kind) const {
+std::variant<std::string, Response> ApiServer::Impl::field_validation(const Request& req,
+                                                                      std::string_view options_kind) const {
     auto it = req.query.find("fieldValidation");
     if (it == req.query.end() || it->second.empty()) return std::string("Warn");
     if (it->second == "Strict" || it->second == "Warn" || it->second == "Ignore") return it->second;
@@ -269,8 +274,9 @@ std::variant<std::string, Response> ApiServer::Impl::field_validation(const Requ
     return status_response(422, "Invalid", msg, d);
 }
 
-std::optional<Response> ApiServer::Impl::drop_unknown_fields(const Request& req, const ResourceType& t, const std::string& directive,
-                                            json::object& o, const std::string& decode_prefix) const {
+std::optional<Response> ApiServer::Impl::drop_unknown_fields(const Request& req, const ResourceType& t,
+                                                             const std::string& directive, json::object& o,
+                                                             const std::string& decode_prefix) const {
     auto unknown = prune_unknown_fields(t, o);
     if (unknown.empty() || directive == "Ignore") return std::nullopt;
     if (directive == "Strict") {
@@ -313,8 +319,9 @@ Response ApiServer::Impl::create(const Request& req, const Route& r) {
     if (auto mismatch = bind_namespace(t, r, meta)) return *mismatch;
     std::string kind = string_at(o, "kind");
     if (!kind.empty() && kind != t.kind)
-        return bad_request("the API version in the data (" + string_at(o, "apiVersion") + ") does not match the expected API version (" +
-                           t.api_version(r.version) + ") or kind " + kind + " does not match " + t.kind);
+        return bad_request("the API version in the data (" + string_at(o, "apiVersion") +
+                           ") does not match the expected API version (" + t.api_version(r.version) + ") or kind " +
+                           kind + " does not match " + t.kind);
     auto causes = proto::validate_object_meta(meta, name_rule(t), true);
     std::string name = string_at(meta, "name");
     if (t.plural == "pods" && t.group.empty()) {
@@ -350,24 +357,26 @@ Response ApiServer::Impl::create(const Request& req, const Route& r) {
     return json_response(201, present(t, r.version, *stored));
 }
 
-Response ApiServer::Impl::update_object(const Request& req, const Route& r, const json::object& current, json::object incoming,
-                       bool require_rv) {
+Response ApiServer::Impl::update_object(const Request& req, const Route& r, const json::object& current,
+                                        json::object incoming, bool require_rv) {
     const ResourceType& t = *r.type;
     auto& meta = incoming["metadata"].as_object();
     const auto& cur_meta = metadata_of(current);
     std::string body_name = string_at(meta, "name");
     if (body_name.empty()) meta["name"] = r.name;
     else if (body_name != r.name)
-        return bad_request("the name of the object (" + body_name + ") does not match the name on the URL (" + r.name + ")");
+        return bad_request("the name of the object (" + body_name + ") does not match the name on the URL (" + r.name +
+                           ")");
     if (auto mismatch = bind_namespace(t, r, meta)) return *mismatch;
     std::string rv = string_at(meta, "resourceVersion");
     if (rv.empty() && require_rv && t.custom) {
-        return invalid(t, r.name,
-                       {{"FieldValueInvalid", "Invalid value: 0x0: must be specified for an update",
-                         "metadata.resourceVersion"}});
+        return invalid(
+            t, r.name,
+            {{"FieldValueInvalid", "Invalid value: 0x0: must be specified for an update", "metadata.resourceVersion"}});
     }
     if (!rv.empty() && rv != string_at(cur_meta, "resourceVersion"))
-        return conflict(t, r.name, "the object has been modified; please apply your changes to the latest version and try again");
+        return conflict(t, r.name,
+                        "the object has been modified; please apply your changes to the latest version and try again");
     auto causes = proto::validate_object_meta(meta, name_rule(t), false);
     if (!causes.empty()) return invalid(t, r.name, causes);
     // Server-owned metadata.
@@ -414,7 +423,8 @@ Response ApiServer::Impl::update_object(const Request& req, const Route& r, cons
     if (dry_run(req)) return json_response(200, present(t, r.version, incoming));
     bool deleting = m2.contains("deletionTimestamp");
     auto stored = store.put(t.id(), std::move(incoming));
-    if (deleting && !has_finalizers(*stored) && !(t.group.empty() && (t.plural == "pods" || t.plural == "namespaces"))) {
+    if (deleting && !has_finalizers(*stored) &&
+        !(t.group.empty() && (t.plural == "pods" || t.plural == "namespaces"))) {
         // The last finalizer went away: the object is gone.
         auto last = remove_now(t, {r.ns, r.name});
         return json_response(200, present(t, r.version, last ? *last : *stored));
@@ -423,8 +433,8 @@ Response ApiServer::Impl::update_object(const Request& req, const Route& r, cons
     return json_response(200, present(t, r.version, *stored));
 }
 
-std::optional<Response> ApiServer::Impl::check_pod_update(const ResourceType& t, const std::string& name, const json::object& cur,
-                                         const json::object& next) {
+std::optional<Response> ApiServer::Impl::check_pod_update(const ResourceType& t, const std::string& name,
+                                                          const json::object& cur, const json::object& next) {
     auto cs = object_at(cur, "spec");
     auto ns = object_at(next, "spec");
     if (!cs || !ns) return std::nullopt;
@@ -505,7 +515,8 @@ Response ApiServer::Impl::patch(const Request& req, const Route& r) {
         // Server-side apply, simplified: create when absent, else merge the intent.
         auto it = req.query.find("fieldManager");
         if (it == req.query.end() || it->second.empty())
-            return invalid(t, r.name, {{"FieldValueRequired", "Required value: is required for apply patch", "fieldManager"}});
+            return invalid(t, r.name,
+                           {{"FieldValueRequired", "Required value: is required for apply patch", "fieldManager"}});
         if (!p.is_object()) return bad_request("error decoding YAML: apply patches must be JSON objects here");
         if (!cur) {
             Request create_req;

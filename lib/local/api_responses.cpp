@@ -1,15 +1,5 @@
 // Status responses and small helpers shared by the handlers.
-#include "local/api_server_impl.hpp"
-#include "util/json_access.hpp"
-#include "util/time_format.hpp"
-#include "local/known_fields.hpp"
-#include "local/kubelet.hpp"
-#include "local/protobuf_objects.hpp"
-#include "local/store.hpp"
-#include "proto/label_selector.hpp"
-#include "proto/patch.hpp"
-#include "proto/status.hpp"
-#include "proto/validation.hpp"
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -21,13 +11,23 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
-#include <algorithm>
 #include <charconv>
 #include <ctime>
 #include <list>
 #include <set>
 #include <sstream>
 #include <variant>
+#include "local/api_server_impl.hpp"
+#include "local/known_fields.hpp"
+#include "local/kubelet.hpp"
+#include "local/protobuf_objects.hpp"
+#include "local/store.hpp"
+#include "proto/label_selector.hpp"
+#include "proto/patch.hpp"
+#include "proto/status.hpp"
+#include "proto/validation.hpp"
+#include "util/json_access.hpp"
+#include "util/time_format.hpp"
 
 namespace kubesandbox::local {
 
@@ -64,7 +64,6 @@ std::optional<FaultRule> FaultList::take(std::string_view method, std::string_vi
 }
 
 // ---------------------------------------------------------------------------------------------
-
 
 Response json_response(unsigned status, const json::value& v) {
     Response r;
@@ -107,10 +106,10 @@ Response invalid(const ResourceType& t, const std::string& name, std::vector<Sta
 }
 
 Response conflict(const ResourceType& t, const std::string& name, std::string_view detail) {
-    return status_response(409, "Conflict",
-                           "Operation cannot be fulfilled on " + qualified_plural(t) + " \"" + name + "\": " +
-                               std::string(detail),
-                           res_details(t, name));
+    return status_response(
+        409, "Conflict",
+        "Operation cannot be fulfilled on " + qualified_plural(t) + " \"" + name + "\": " + std::string(detail),
+        res_details(t, name));
 }
 
 Response server_not_found() {
@@ -120,9 +119,12 @@ Response server_not_found() {
 
 proto::NameRule name_rule(const ResourceType& t) {
     switch (t.name_kind) {
-        case NameKind::label: return proto::NameRule::dns1123_label;
-        case NameKind::dns1035: return proto::NameRule::dns1035_label;
-        default: return proto::NameRule::dns1123_subdomain;
+        case NameKind::label:
+            return proto::NameRule::dns1123_label;
+        case NameKind::dns1035:
+            return proto::NameRule::dns1035_label;
+        default:
+            return proto::NameRule::dns1123_subdomain;
     }
 }
 
@@ -153,9 +155,9 @@ std::vector<std::string_view> selectable_fields(const ResourceType& t) {
     if (t.group.empty() && t.plural == "namespaces") f.push_back("status.phase");
     if (t.group.empty() && t.plural == "secrets") f.push_back("type");
     if (t.group.empty() && t.plural == "events")
-        for (auto s : {"involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
-                       "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
-                       "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"})
+        for (auto s : {"involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
+                       "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
+                       "reason", "reportingComponent", "source", "type"})
             f.push_back(s);
     return f;
 }
@@ -188,7 +190,9 @@ void remove_finalizer(json::object& o, std::string_view f) {
     if (arr.empty()) m->erase("finalizers");
 }
 
-bool parse_bool(std::string_view v) { return v == "1" || v == "t" || v == "T" || v == "true" || v == "True" || v == "TRUE"; }
+bool parse_bool(std::string_view v) {
+    return v == "1" || v == "t" || v == "T" || v == "true" || v == "True" || v == "TRUE";
+}
 
 bool wants_table(const http::request<http::string_body>& msg) {
     std::string_view accept = msg[http::field::accept];

@@ -1,15 +1,5 @@
 // From a request target to a resource route: pure, no I/O.
-#include "local/api_server_impl.hpp"
-#include "util/json_access.hpp"
-#include "util/time_format.hpp"
-#include "local/known_fields.hpp"
-#include "local/kubelet.hpp"
-#include "local/protobuf_objects.hpp"
-#include "local/store.hpp"
-#include "proto/label_selector.hpp"
-#include "proto/patch.hpp"
-#include "proto/status.hpp"
-#include "proto/validation.hpp"
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -21,13 +11,23 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
-#include <algorithm>
 #include <charconv>
 #include <ctime>
 #include <list>
 #include <set>
 #include <sstream>
 #include <variant>
+#include "local/api_server_impl.hpp"
+#include "local/known_fields.hpp"
+#include "local/kubelet.hpp"
+#include "local/protobuf_objects.hpp"
+#include "local/store.hpp"
+#include "proto/label_selector.hpp"
+#include "proto/patch.hpp"
+#include "proto/status.hpp"
+#include "proto/validation.hpp"
+#include "util/json_access.hpp"
+#include "util/time_format.hpp"
 
 namespace kubesandbox::local {
 
@@ -94,7 +94,8 @@ std::string path_segment_problems(const std::string& v) {
     if (v == "." || v == "..") return "may not be '" + v + "'";
     std::string out;
     for (const char* bad : {"/", "%"})
-        if (v.find(bad) != std::string::npos) out += (out.empty() ? "" : ";") + std::string("may not contain '") + bad + "'";
+        if (v.find(bad) != std::string::npos)
+            out += (out.empty() ? "" : ";") + std::string("may not contain '") + bad + "'";
     return out;
 }
 

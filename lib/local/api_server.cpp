@@ -1,16 +1,6 @@
 // The local API server's connection loop: authentication, faults, routing to the handlers,
 // watch streams, and handing pod subresources to the kubelet.
-#include "local/api_server_impl.hpp"
-#include "util/json_access.hpp"
-#include "util/time_format.hpp"
-#include "local/known_fields.hpp"
-#include "local/kubelet.hpp"
-#include "local/protobuf_objects.hpp"
-#include "local/store.hpp"
-#include "proto/label_selector.hpp"
-#include "proto/patch.hpp"
-#include "proto/status.hpp"
-#include "proto/validation.hpp"
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -22,13 +12,23 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
-#include <algorithm>
 #include <charconv>
 #include <ctime>
 #include <list>
 #include <set>
 #include <sstream>
 #include <variant>
+#include "local/api_server_impl.hpp"
+#include "local/known_fields.hpp"
+#include "local/kubelet.hpp"
+#include "local/protobuf_objects.hpp"
+#include "local/store.hpp"
+#include "proto/label_selector.hpp"
+#include "proto/patch.hpp"
+#include "proto/status.hpp"
+#include "proto/validation.hpp"
+#include "util/json_access.hpp"
+#include "util/time_format.hpp"
 
 namespace kubesandbox::local {
 
@@ -62,9 +62,7 @@ public:
     ~CutAfterBytes() override { s_->inner.close(); }
 
     asio::any_io_executor executor() override { return s_->inner.get_executor(); }
-    void read_some(asio::mutable_buffer b, net::IoHandler h) override {
-        s_->inner.async_read_some(b, std::move(h));
-    }
+    void read_some(asio::mutable_buffer b, net::IoHandler h) override { s_->inner.async_read_some(b, std::move(h)); }
     void write_some(asio::const_buffer b, net::IoHandler h) override {
         if (s_->left == 0) {
             s_->inner.close();
@@ -122,7 +120,6 @@ std::vector<std::pair<std::string, std::string>> base_headers(const Response& r,
 
 }  // namespace
 
-
 // Watch stream: chunked JSON lines until timeout, expiry or a write error.
 // Membership of a watcher in the server's fan-out list for the lifetime of its stream.
 struct WatcherRegistration {
@@ -158,8 +155,7 @@ static asio::awaitable<bool> serve_watch(ApiServer::Impl& impl, Conn& conn, cons
     std::string rv;
     if (auto it = req.query.find("resourceVersion"); it != req.query.end()) rv = it->second;
     bool bookmarks = false;
-    if (auto it = req.query.find("allowWatchBookmarks"); it != req.query.end())
-        bookmarks = parse_bool(it->second);
+    if (auto it = req.query.find("allowWatchBookmarks"); it != req.query.end()) bookmarks = parse_bool(it->second);
     std::optional<std::int64_t> timeout = int_param(req.query, "timeoutSeconds");
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout ? *timeout : 1800);
 
@@ -177,9 +173,9 @@ static asio::awaitable<bool> serve_watch(ApiServer::Impl& impl, Conn& conn, cons
         }
         auto events = impl.store.events_since(n);
         if (!events) {
-            auto st = proto::make_status(410, "Expired",
-                                         "too old resource version: " + rv + " (" +
-                                             std::to_string(impl.store.resource_version()) + ")");
+            auto st = proto::make_status(
+                410, "Expired",
+                "too old resource version: " + rv + " (" + std::to_string(impl.store.resource_version()) + ")");
             error_line = json::serialize(json::object{{"type", "ERROR"}, {"object", st}}) + "\n";
         } else {
             for (auto* ev : *events) impl.feed(*w, *ev);
@@ -249,7 +245,7 @@ static asio::awaitable<bool> handle(ApiServer::Impl& impl, Conn& conn, Request& 
     auto send = [&](Response resp) -> asio::awaitable<bool> {
         std::string data = serialize_head(resp.status, base_headers(resp, keep_alive)) + resp.body;
         bool ok = co_await write_raw(conn.stream, std::move(data));
-        co_return ok && keep_alive;
+        co_return ok&& keep_alive;
     };
     std::string target(req.msg.target());
     // Fault injection first: it models an overloaded or flaky server.
@@ -281,7 +277,8 @@ static asio::awaitable<bool> handle(ApiServer::Impl& impl, Conn& conn, Request& 
             std::string msg = fault->status == 500 ? "Internal error occurred: injected fault" : "injected fault";
             resp.body = json::serialize(proto::make_status(fault->status, reason, msg, d));
         }
-        if (fault->retry_after_seconds) resp.headers.emplace_back("Retry-After", std::to_string(*fault->retry_after_seconds));
+        if (fault->retry_after_seconds)
+            resp.headers.emplace_back("Retry-After", std::to_string(*fault->retry_after_seconds));
         bool ok = co_await send(std::move(resp));
         co_return ok;
     }
@@ -341,34 +338,42 @@ static asio::awaitable<bool> handle(ApiServer::Impl& impl, Conn& conn, Request& 
             if (route->name.empty()) {
                 if (t.namespaced && !route->namespaced_path && m != "GET")
                     resp = status_response(405, "MethodNotAllowed",
-                                           m == "POST" ? "create is not supported on resources of kind \"" + t.plural + "\""
-                                                       : m + " is not supported on resources of kind \"" + t.plural + "\"");
+                                           m == "POST"
+                                               ? "create is not supported on resources of kind \"" + t.plural + "\""
+                                               : m + " is not supported on resources of kind \"" + t.plural + "\"");
                 else if (m == "GET" && watch) {
                     bool ok = co_await serve_watch(impl, conn, req, *route);
-                    co_return ok && keep_alive;
+                    co_return ok&& keep_alive;
                 } else if (m == "GET") resp = impl.list(req, *route);
                 else if (m == "POST") resp = impl.create(req, *route);
                 else if (m == "DELETE") resp = impl.delete_collection(req, *route);
-                else resp = status_response(405, "MethodNotAllowed", m + " is not supported on resources of kind \"" + t.plural + "\"");
+                else
+                    resp = status_response(405, "MethodNotAllowed",
+                                           m + " is not supported on resources of kind \"" + t.plural + "\"");
             } else if (m == "GET") {
                 auto obj = impl.store.get(t.id(), {route->ns, route->name});
                 if (!obj) resp = not_found(t, route->name);
                 else if (wants_table(req.msg) && route->sub.empty()) {
                     auto io = req.query.find("includeObject");
-                    resp = json_response(200, to_table(t, {impl.present(t, route->version, *obj)},
-                                                       io != req.query.end() && io->second == "Object",
-                                                       json::object{{"resourceVersion", string_at(metadata_of(*obj), "resourceVersion")}}));
+                    resp = json_response(
+                        200,
+                        to_table(t, {impl.present(t, route->version, *obj)},
+                                 io != req.query.end() && io->second == "Object",
+                                 json::object{{"resourceVersion", string_at(metadata_of(*obj), "resourceVersion")}}));
                 } else resp = json_response(200, impl.present(t, route->version, *obj));
             } else if (m == "PUT") resp = impl.replace(req, *route);
             else if (m == "PATCH") resp = impl.patch(req, *route);
             else if (m == "DELETE" && route->sub.empty()) resp = impl.delete_item(req, *route);
-            else resp = status_response(405, "MethodNotAllowed", m + " is not supported on resources of kind \"" + t.plural + "\"");
+            else
+                resp = status_response(405, "MethodNotAllowed",
+                                       m + " is not supported on resources of kind \"" + t.plural + "\"");
         }
     }
     for (const auto& w : req.warnings) resp.headers.emplace_back("Warning", "299 - " + proto::go_quote(w));
     if (fault && fault->action == FaultRule::Action::drop_mid_body) {
         std::string full = resp.body;
-        std::string data = serialize_head(resp.status, base_headers(resp, keep_alive)) + full.substr(0, full.size() / 2);
+        std::string data =
+            serialize_head(resp.status, base_headers(resp, keep_alive)) + full.substr(0, full.size() / 2);
         co_await write_raw(conn.stream, std::move(data));
         conn.stream.close();
         co_return false;
@@ -401,7 +406,8 @@ asio::awaitable<void> ApiServer::serve(net::AnyStream stream) {
             conn.stream.expires_after(2s);
             std::vector<char> sink(64 * 1024);
             for (std::size_t drained = 0; drained < 64 * 1024 * 1024;) {
-                auto [dec, dn] = co_await conn.stream.async_read_some(asio::buffer(sink), asio::as_tuple(asio::use_awaitable));
+                auto [dec, dn] =
+                    co_await conn.stream.async_read_some(asio::buffer(sink), asio::as_tuple(asio::use_awaitable));
                 if (dec) break;
                 drained += dn;
             }

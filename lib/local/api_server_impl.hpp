@@ -74,8 +74,8 @@ struct Watcher {
     std::deque<std::string> queue;
     asio::steady_timer signal;
     bool expired = false;
-    bool table = false;          // events carry one-row Tables (kubectl get -w)
-    bool columns_sent = false;   // column definitions go only with the first Table
+    bool table = false;         // events carry one-row Tables (kubectl get -w)
+    bool columns_sent = false;  // column definitions go only with the first Table
     bool include_object = false;
     explicit Watcher(asio::any_io_executor ex) : signal(ex) {}
 };

@@ -1,15 +1,5 @@
 // Server-side printing: the Table kubectl asks for (as=Table), with the columns a real server shows.
-#include "local/api_server_impl.hpp"
-#include "util/json_access.hpp"
-#include "util/time_format.hpp"
-#include "local/known_fields.hpp"
-#include "local/kubelet.hpp"
-#include "local/protobuf_objects.hpp"
-#include "local/store.hpp"
-#include "proto/label_selector.hpp"
-#include "proto/patch.hpp"
-#include "proto/status.hpp"
-#include "proto/validation.hpp"
+#include <algorithm>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -21,13 +11,23 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
-#include <algorithm>
 #include <charconv>
 #include <ctime>
 #include <list>
 #include <set>
 #include <sstream>
 #include <variant>
+#include "local/api_server_impl.hpp"
+#include "local/known_fields.hpp"
+#include "local/kubelet.hpp"
+#include "local/protobuf_objects.hpp"
+#include "local/store.hpp"
+#include "proto/label_selector.hpp"
+#include "proto/patch.hpp"
+#include "proto/status.hpp"
+#include "proto/validation.hpp"
+#include "util/json_access.hpp"
+#include "util/time_format.hpp"
 
 namespace kubesandbox::local {
 
@@ -76,8 +76,11 @@ std::string condition_field(const json::object& o, std::string_view type, std::s
 }
 
 json::object column(std::string name, std::string type, int priority, std::string format) {
-    return json::object{{"name", std::move(name)}, {"type", std::move(type)}, {"format", std::move(format)},
-                        {"description", ""}, {"priority", priority}};
+    return json::object{{"name", std::move(name)},
+                        {"type", std::move(type)},
+                        {"format", std::move(format)},
+                        {"description", ""},
+                        {"priority", priority}};
 }
 
 json::object to_table(const ResourceType& t, const std::vector<json::object>& objects, bool include_object,
@@ -104,9 +107,11 @@ json::object to_table(const ResourceType& t, const std::vector<json::object>& ob
                        column("Age", "string")})
             cols.push_back(c);
     } else if (id == "sandboxes.agents.x-k8s.io") {
-        for (auto c : {column("Ready", "string"), column("Reason", "string"), column("Age", "string")}) cols.push_back(c);
+        for (auto c : {column("Ready", "string"), column("Reason", "string"), column("Age", "string")})
+            cols.push_back(c);
     } else if (id == "sandboxwarmpools.extensions.agents.x-k8s.io") {
-        for (auto c : {column("Ready", "string"), column("Desired", "string"), column("Age", "string")}) cols.push_back(c);
+        for (auto c : {column("Ready", "string"), column("Desired", "string"), column("Age", "string")})
+            cols.push_back(c);
     } else {
         cols.push_back(column("Age", "string"));
     }
@@ -156,7 +161,8 @@ json::object to_table(const ResourceType& t, const std::vector<json::object>& ob
                     if (!ports.empty()) ports += ",";
                     auto port = p.as_object().if_contains("port");
                     ports += (port && port->is_int64() ? std::to_string(port->as_int64()) : std::string("?")) + "/" +
-                             (string_at(p.as_object(), "protocol").empty() ? std::string("TCP") : string_at(p.as_object(), "protocol"));
+                             (string_at(p.as_object(), "protocol").empty() ? std::string("TCP")
+                                                                           : string_at(p.as_object(), "protocol"));
                 }
             cells.emplace_back(type && type->is_string() ? type->as_string() : json::string("ClusterIP"));
             cells.emplace_back(ip && ip->is_string() ? ip->as_string() : json::string("<none>"));
@@ -192,9 +198,8 @@ json::object to_table(const ResourceType& t, const std::vector<json::object>& ob
         json::object row{{"cells", cells}};
         if (include_object) row["object"] = o;
         else
-            row["object"] = json::object{{"kind", "PartialObjectMetadata"},
-                                         {"apiVersion", "meta.k8s.io/v1"},
-                                         {"metadata", metadata_of(o)}};
+            row["object"] = json::object{
+                {"kind", "PartialObjectMetadata"}, {"apiVersion", "meta.k8s.io/v1"}, {"metadata", metadata_of(o)}};
         rows.push_back(row);
     }
     return json::object{{"kind", "Table"},

@@ -18,7 +18,7 @@ namespace {
 struct Schema {
     enum class Kind { object, array } kind = Kind::object;
     std::map<std::string, const Schema*, std::less<>> fields;  // object: known keys
-    const Schema* item = nullptr;                             // array: element schema
+    const Schema* item = nullptr;                              // array: element schema
 };
 
 using Nested = std::initializer_list<std::pair<std::string_view, const Schema*>>;
@@ -65,58 +65,104 @@ private:
     void build() {
         // core/v1 and networking/v1 as of Kubernetes 1.32.
         const Schema* owner_ref = object({"apiVersion", "kind", "name", "uid", "controller", "blockOwnerDeletion"});
-        const Schema* meta = object({"name", "generateName", "namespace", "selfLink", "uid", "resourceVersion",
-                                     "generation", "creationTimestamp", "deletionTimestamp",
-                                     "deletionGracePeriodSeconds", "labels", "annotations", "finalizers",
-                                     "managedFields"},
-                                    {{"ownerReferences", array(owner_ref)}});
+        const Schema* meta =
+            object({"name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
+                    "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
+                    "finalizers", "managedFields"},
+                   {{"ownerReferences", array(owner_ref)}});
 
         const Schema* env_var = object({"name", "value", "valueFrom"});
         const Schema* port = object({"name", "hostPort", "containerPort", "protocol", "hostIP"});
-        const Schema* mount = object({"name", "readOnly", "recursiveReadOnly", "mountPath", "subPath",
-                                      "mountPropagation", "subPathExpr"});
+        const Schema* mount = object(
+            {"name", "readOnly", "recursiveReadOnly", "mountPath", "subPath", "mountPropagation", "subPathExpr"});
         const Schema* resources = object({"limits", "requests", "claims"});
-        const Schema* container_security = object({"capabilities", "privileged", "seLinuxOptions", "windowsOptions",
-                                                    "runAsUser", "runAsGroup", "runAsNonRoot",
-                                                    "readOnlyRootFilesystem", "allowPrivilegeEscalation",
-                                                    "procMount", "seccompProfile", "appArmorProfile"});
+        const Schema* container_security =
+            object({"capabilities", "privileged", "seLinuxOptions", "windowsOptions", "runAsUser", "runAsGroup",
+                    "runAsNonRoot", "readOnlyRootFilesystem", "allowPrivilegeEscalation", "procMount", "seccompProfile",
+                    "appArmorProfile"});
         const Schema* container = object(
             {"name", "image", "command", "args", "workingDir", "envFrom", "resizePolicy", "restartPolicy",
-             "volumeDevices", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle",
-             "terminationMessagePath", "terminationMessagePolicy", "imagePullPolicy", "stdin", "stdinOnce", "tty"},
+             "volumeDevices", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle", "terminationMessagePath",
+             "terminationMessagePolicy", "imagePullPolicy", "stdin", "stdinOnce", "tty"},
             {{"env", array(env_var)},
              {"ports", array(port)},
              {"volumeMounts", array(mount)},
              {"resources", resources},
              {"securityContext", container_security}});
-        const Schema* pod_security = object({"seLinuxOptions", "windowsOptions", "runAsUser", "runAsGroup",
-                                             "runAsNonRoot", "supplementalGroups", "supplementalGroupsPolicy",
-                                             "fsGroup", "sysctls", "fsGroupChangePolicy", "seccompProfile",
-                                             "appArmorProfile", "seLinuxChangePolicy"});
-        const Schema* pod_spec = object(
-            {"volumes", "ephemeralContainers", "restartPolicy", "terminationGracePeriodSeconds",
-             "activeDeadlineSeconds", "dnsPolicy", "nodeSelector", "serviceAccountName", "serviceAccount",
-             "automountServiceAccountToken", "nodeName", "hostNetwork", "hostPID", "hostIPC",
-             "shareProcessNamespace", "imagePullSecrets", "hostname", "subdomain", "affinity", "schedulerName",
-             "tolerations", "hostAliases", "priorityClassName", "priority", "dnsConfig", "readinessGates",
-             "runtimeClassName", "enableServiceLinks", "preemptionPolicy", "overhead", "topologySpreadConstraints",
-             "setHostnameAsFQDN", "os", "hostUsers", "schedulingGates", "resourceClaims", "resources"},
-            {{"containers", array(container)}, {"initContainers", array(container)}, {"securityContext", pod_security}});
+        const Schema* pod_security =
+            object({"seLinuxOptions", "windowsOptions", "runAsUser", "runAsGroup", "runAsNonRoot", "supplementalGroups",
+                    "supplementalGroupsPolicy", "fsGroup", "sysctls", "fsGroupChangePolicy", "seccompProfile",
+                    "appArmorProfile", "seLinuxChangePolicy"});
+        const Schema* pod_spec = object({"volumes",
+                                         "ephemeralContainers",
+                                         "restartPolicy",
+                                         "terminationGracePeriodSeconds",
+                                         "activeDeadlineSeconds",
+                                         "dnsPolicy",
+                                         "nodeSelector",
+                                         "serviceAccountName",
+                                         "serviceAccount",
+                                         "automountServiceAccountToken",
+                                         "nodeName",
+                                         "hostNetwork",
+                                         "hostPID",
+                                         "hostIPC",
+                                         "shareProcessNamespace",
+                                         "imagePullSecrets",
+                                         "hostname",
+                                         "subdomain",
+                                         "affinity",
+                                         "schedulerName",
+                                         "tolerations",
+                                         "hostAliases",
+                                         "priorityClassName",
+                                         "priority",
+                                         "dnsConfig",
+                                         "readinessGates",
+                                         "runtimeClassName",
+                                         "enableServiceLinks",
+                                         "preemptionPolicy",
+                                         "overhead",
+                                         "topologySpreadConstraints",
+                                         "setHostnameAsFQDN",
+                                         "os",
+                                         "hostUsers",
+                                         "schedulingGates",
+                                         "resourceClaims",
+                                         "resources"},
+                                        {{"containers", array(container)},
+                                         {"initContainers", array(container)},
+                                         {"securityContext", pod_security}});
         kinds_["pods"] = top(meta, {"status"}, {{"spec", pod_spec}});
 
         kinds_["namespaces"] = top(meta, {"status"}, {{"spec", object({"finalizers"})}});
-        const Schema* service_spec = object(
-            {"ports", "selector", "clusterIP", "clusterIPs", "type", "externalIPs", "sessionAffinity", "loadBalancerIP",
-             "loadBalancerSourceRanges", "externalName", "externalTrafficPolicy", "healthCheckNodePort",
-             "publishNotReadyAddresses", "sessionAffinityConfig", "ipFamilies", "ipFamilyPolicy",
-             "allocateLoadBalancerNodePorts", "loadBalancerClass", "internalTrafficPolicy", "trafficDistribution"});
+        const Schema* service_spec = object({"ports",
+                                             "selector",
+                                             "clusterIP",
+                                             "clusterIPs",
+                                             "type",
+                                             "externalIPs",
+                                             "sessionAffinity",
+                                             "loadBalancerIP",
+                                             "loadBalancerSourceRanges",
+                                             "externalName",
+                                             "externalTrafficPolicy",
+                                             "healthCheckNodePort",
+                                             "publishNotReadyAddresses",
+                                             "sessionAffinityConfig",
+                                             "ipFamilies",
+                                             "ipFamilyPolicy",
+                                             "allocateLoadBalancerNodePorts",
+                                             "loadBalancerClass",
+                                             "internalTrafficPolicy",
+                                             "trafficDistribution"});
         kinds_["services"] = top(meta, {"status"}, {{"spec", service_spec}});
         kinds_["configmaps"] = top(meta, {"data", "binaryData", "immutable"});
         kinds_["secrets"] = top(meta, {"data", "stringData", "type", "immutable"});
         kinds_["serviceaccounts"] = top(meta, {"secrets", "imagePullSecrets", "automountServiceAccountToken"});
-        kinds_["events"] = top(meta, {"involvedObject", "reason", "message", "source", "firstTimestamp",
-                                      "lastTimestamp", "count", "type", "eventTime", "series", "action", "related",
-                                      "reportingComponent", "reportingInstance"});
+        kinds_["events"] =
+            top(meta, {"involvedObject", "reason", "message", "source", "firstTimestamp", "lastTimestamp", "count",
+                       "type", "eventTime", "series", "action", "related", "reportingComponent", "reportingInstance"});
         kinds_["resourcequotas"] = top(meta, {"status"}, {{"spec", object({"hard", "scopes", "scopeSelector"})}});
         const Schema* limit_item = object({"type", "max", "min", "default", "defaultRequest", "maxLimitRequestRatio"});
         kinds_["limitranges"] = top(meta, {}, {{"spec", object({}, {{"limits", array(limit_item)}})}});

@@ -12,8 +12,8 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -64,10 +64,11 @@ constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 constexpr std::uint32_t kOuterUid = 65534;  // host "nobody": owner of sandbox processes when we are root
 constexpr auto kRestartBackoffBase = 1s;    // real kubelet: 10 s; doubled per restart, capped
 constexpr auto kRestartBackoffCap = 300s;
-constexpr std::size_t kChunk = 32 * 1024;   // exec messages: 32 KiB payload, like client-go/kubelet
+constexpr std::size_t kChunk = 32 * 1024;  // exec messages: 32 KiB payload, like client-go/kubelet
 
 std::int64_t now_seconds() {
-    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
 }
 std::string now_time() { return format_time(now_seconds()); }
 
@@ -223,7 +224,7 @@ public:
                     return;
                 }
                 s_->async_read_some(buf, asio::bind_executor(ex, [this, buf, h = std::move(handler)](
-                                                                       error_code ec, std::size_t n) mutable {
+                                                                     error_code ec, std::size_t n) mutable {
                                         sniffer_->feed(static_cast<const unsigned char*>(buf.data()), n);
                                         std::move(h)(ec, n);
                                     }));
@@ -243,7 +244,9 @@ private:
 };
 
 void beast_close_socket(ExecStream& s) { s.next().close(); }
-[[maybe_unused]] void teardown(beast::role_type role, ExecStream& s, error_code& ec) { net::teardown(role, s.next(), ec); }
+[[maybe_unused]] void teardown(beast::role_type role, ExecStream& s, error_code& ec) {
+    net::teardown(role, s.next(), ec);
+}
 template <class TeardownHandler>
 void async_teardown(beast::role_type role, ExecStream& s, TeardownHandler&& handler) {
     net::async_teardown(role, s.next(), std::forward<TeardownHandler>(handler));
@@ -312,16 +315,16 @@ struct PodRecord {
     int restart_count = 0;
     std::string container_id;
     std::string start_time;
-    json::object base_status;     // qosClass and PodScheduled from the API server
+    json::object base_status;  // qosClass and PodScheduled from the API server
     std::map<std::string, std::pair<std::string, std::string>> transitions;  // type -> (status, time)
 
-    pid_t pid = -1;       // bwrap (or the command without isolation)
-    int inner_pid = 0;    // first process inside the sandbox: namespace anchor for exec/port-forward
+    pid_t pid = -1;     // bwrap (or the command without isolation)
+    int inner_pid = 0;  // first process inside the sandbox: namespace anchor for exec/port-forward
     int pidfd = -1;
-    bool stopping = false;       // deletionTimestamp seen
-    bool removed = false;        // gone from the store / kubelet shut down
+    bool stopping = false;  // deletionTimestamp seen
+    bool removed = false;   // gone from the store / kubelet shut down
     bool deadline_hit = false;
-    bool finished = false;       // terminal status written
+    bool finished = false;  // terminal status written
     bool running() const { return pid > 0 && inner_pid > 0 && state.contains("running"); }
 
     asio::steady_timer timer;           // back-off waits
@@ -338,7 +341,7 @@ struct Core {
     bool shut_down = false;
     HostLayout layout;
     std::map<std::string, std::shared_ptr<PodRecord>> pods;  // uid -> pod (incl. being removed)
-    std::set<pid_t> exec_pids;                                // running exec processes (groups)
+    std::set<pid_t> exec_pids;                               // running exec processes (groups)
 
     fs::path pods_dir() const { return options.data_dir / "pods"; }
 
@@ -367,7 +370,8 @@ struct Core {
         error_code ec;
         fs::create_directories(p, ec);
         if (layout.outer_uid) {
-            if (::chown(p.c_str(), *layout.outer_uid, *layout.outer_uid) != 0) log("chown " + p.string() + ": " + std::strerror(errno));
+            if (::chown(p.c_str(), *layout.outer_uid, *layout.outer_uid) != 0)
+                log("chown " + p.string() + ": " + std::strerror(errno));
         }
     }
 
@@ -418,7 +422,8 @@ struct Core {
             fs::create_directories(link.parent_path(), ec);
             fs::create_symlink("/bin/busybox", link, ec);
         }
-        std::ofstream(tmp / "etc" / "passwd") << "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n";
+        std::ofstream(tmp / "etc" / "passwd")
+            << "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n";
         std::ofstream(tmp / "etc" / "group") << "root:x:0:\nnogroup:x:65534:\n";
         fs::rename(tmp, root, ec);
         if (ec && !fs::exists(root / "bin" / "busybox")) {
@@ -458,7 +463,8 @@ struct Core {
             return;
         }
         Fd rd(p[0]), wr(p[1]);
-        Fd err(::open((options.data_dir / "pods" / ".probe.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+        Fd err(
+            ::open((options.data_dir / "pods" / ".probe.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
         Spawn s{argv, {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}, {{wr.fd, 3}}, true};
         if (err.fd >= 0) s.dups.push_back({err.fd, 2});
         pid_t pid = s.run();
@@ -501,7 +507,8 @@ struct Core {
             std::string status = ok ? "True" : "False";
             auto& t = p.transitions[type];
             if (t.first != status) t = {status, now};
-            json::object c{{"type", type}, {"status", status}, {"lastProbeTime", nullptr}, {"lastTransitionTime", t.second}};
+            json::object c{
+                {"type", type}, {"status", status}, {"lastProbeTime", nullptr}, {"lastTransitionTime", t.second}};
             if (!ok && !reason.empty()) c["reason"] = reason;
             if (!ok && !message.empty()) c["message"] = message;
             return c;
@@ -517,21 +524,18 @@ struct Core {
         conditions.push_back(cond("Initialized", initialized, "", ""));
         conditions.push_back(cond("Ready", containers_ready, unready_reason, unready_msg));
         conditions.push_back(cond("ContainersReady", containers_ready, unready_reason, unready_msg));
-        json::object scheduled{{"type", "PodScheduled"}, {"status", "True"}, {"lastProbeTime", nullptr},
+        json::object scheduled{{"type", "PodScheduled"},
+                               {"status", "True"},
+                               {"lastProbeTime", nullptr},
                                {"lastTransitionTime", p.start_time}};
         for (const auto& c : arr(p.base_status, "conditions")) {
             if (c.is_object() && str(c.get_object(), "type") == "PodScheduled") scheduled = c.get_object();
         }
         conditions.push_back(scheduled);
 
-        json::object cs{{"name", p.container_name},
-                        {"state", p.state},
-                        {"lastState", p.last_state},
-                        {"ready", p.ready},
-                        {"restartCount", p.restart_count},
-                        {"image", p.image},
-                        {"imageID", p.image_id},
-                        {"started", p.started}};
+        json::object cs{
+            {"name", p.container_name},        {"state", p.state}, {"lastState", p.last_state}, {"ready", p.ready},
+            {"restartCount", p.restart_count}, {"image", p.image}, {"imageID", p.image_id},     {"started", p.started}};
         if (!p.container_id.empty()) cs["containerID"] = p.container_id;
         json::array statuses{cs};
         // Other containers of a multi-container pod are not run by the local kubelet.
@@ -541,8 +545,10 @@ struct Core {
             const auto& c = containers[i].get_object();
             statuses.push_back(json::object{
                 {"name", str(c, "name")},
-                {"state", json::object{{"waiting", json::object{{"reason", "CreateContainerError"},
-                                                                {"message", "the local cluster runs only the first container of a pod"}}}}},
+                {"state",
+                 json::object{{"waiting",
+                               json::object{{"reason", "CreateContainerError"},
+                                            {"message", "the local cluster runs only the first container of a pod"}}}}},
                 {"lastState", json::object{}},
                 {"ready", false},
                 {"restartCount", 0},
@@ -551,12 +557,9 @@ struct Core {
                 {"started", false}});
         }
 
-        json::object status{{"phase", p.phase},
-                            {"conditions", conditions},
-                            {"hostIP", "127.0.0.1"},
-                            {"hostIPs", json::array{json::object{{"ip", "127.0.0.1"}}}},
-                            {"startTime", p.start_time},
-                            {"containerStatuses", statuses}};
+        json::object status{{"phase", p.phase},          {"conditions", conditions},
+                            {"hostIP", "127.0.0.1"},     {"hostIPs", json::array{json::object{{"ip", "127.0.0.1"}}}},
+                            {"startTime", p.start_time}, {"containerStatuses", statuses}};
         if (p.phase != "Pending" || p.running()) {
             status["podIP"] = "127.0.0.1";
             status["podIPs"] = json::array{json::object{{"ip", "127.0.0.1"}}};
@@ -591,7 +594,8 @@ struct Core {
         for (const auto& m : plan.mounts) make_dir(m.host_path);
         Fd log_fd(::open((p.dir / "container.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
         Fd null_in(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-        if (log_fd.fd < 0 || null_in.fd < 0) return std::string("cannot open the container log: ") + std::strerror(errno);
+        if (log_fd.fd < 0 || null_in.fd < 0)
+            return std::string("cannot open the container log: ") + std::strerror(errno);
         Spawn s;
         s.env = plan.env;
         s.new_group = true;
@@ -672,8 +676,8 @@ struct Core {
         asio::steady_timer timer(executor, 30s);
         for (;;) {
             // Raced with a timeout; the read's error comes back as a value.
-            auto result = co_await (sd.async_read_some(asio::buffer(buf), tuple_awaitable) ||
-                                    timer.async_wait(tuple_awaitable));
+            auto result =
+                co_await (sd.async_read_some(asio::buffer(buf), tuple_awaitable) || timer.async_wait(tuple_awaitable));
             if (result.index() != 0) co_return 0;
             auto [ec, n] = std::get<0>(result);
             text.append(buf, n);
@@ -710,14 +714,16 @@ struct Core {
         if (containers.empty() || !containers[0].is_object()) co_return;
         auto planned = plan_container(p->pod, containers[0].get_object(), options.images, p->dir);
         if (planned.error) {
-            p->state = json::object{{"waiting", json::object{{"reason", planned.error->reason}, {"message", planned.error->message}}}};
+            p->state = json::object{
+                {"waiting", json::object{{"reason", planned.error->reason}, {"message", planned.error->message}}}};
             publish(p);
             if (planned.error->reason != "ErrImagePull") co_return;
             p->timer.expires_after(2s);
             co_await p->timer.async_wait(tuple_awaitable);
             if (gone() || p->stopping || p->deadline_hit) co_return;
-            p->state = json::object{{"waiting", json::object{{"reason", "ImagePullBackOff"},
-                                                            {"message", "Back-off pulling image \"" + p->image + "\""}}}};
+            p->state =
+                json::object{{"waiting", json::object{{"reason", "ImagePullBackOff"},
+                                                      {"message", "Back-off pulling image \"" + p->image + "\""}}}};
             publish(p);
             co_return;
         }
@@ -751,7 +757,8 @@ struct Core {
                     co_await wait_sandbox_ready(*p);
                     if (gone()) co_return;
                 }
-                p->container_id = "local://" + p->uid.substr(0, 8) + "-" + std::to_string(p->restart_count) + "-" + random_hex(8);
+                p->container_id =
+                    "local://" + p->uid.substr(0, 8) + "-" + std::to_string(p->restart_count) + "-" + random_hex(8);
                 p->state = json::object{{"running", json::object{{"startedAt", started_at}}}};
                 p->ready = true;
                 p->started = true;
@@ -767,7 +774,9 @@ struct Core {
             p->ready = false;
             p->started = false;
             json::object term{{"exitCode", code},
-                              {"reason", !fail_message.empty() ? "ContainerCannotRun" : code == 0 ? "Completed" : "Error"},
+                              {"reason", !fail_message.empty() ? "ContainerCannotRun"
+                                         : code == 0           ? "Completed"
+                                                               : "Error"},
                               {"startedAt", started_at},
                               {"finishedAt", now_time()}};
             if (!fail_message.empty()) term["message"] = fail_message;
@@ -778,10 +787,11 @@ struct Core {
             // Restart with back-off (reset after 10 minutes of running, as a real node does).
             if (std::chrono::steady_clock::now() - begun > 600s) backoff = kRestartBackoffBase;
             p->last_state = p->state;
-            p->state = json::object{{"waiting", json::object{{"reason", "CrashLoopBackOff"},
-                                                            {"message", "back-off " + std::to_string(backoff.count()) +
-                                                                            "s restarting failed container=" + p->container_name +
-                                                                            " pod=" + p->name + "_" + p->ns + "(" + p->uid + ")"}}}};
+            p->state = json::object{
+                {"waiting", json::object{{"reason", "CrashLoopBackOff"},
+                                         {"message", "back-off " + std::to_string(backoff.count()) +
+                                                         "s restarting failed container=" + p->container_name +
+                                                         " pod=" + p->name + "_" + p->ns + "(" + p->uid + ")"}}}};
             publish(p);
             p->timer.expires_after(backoff);
             co_await p->timer.async_wait(tuple_awaitable);
@@ -885,7 +895,8 @@ Kubelet::Kubelet(asio::any_io_executor executor, KubeletOptions options, PodStat
     core->options = std::move(options);
     core->writer = std::move(status_writer);
     core->alive_token = impl_->alive;
-    if (core->options.data_dir.empty()) core->options.data_dir = fs::temp_directory_path() / ("kubesandbox-kubelet-" + random_hex(8));
+    if (core->options.data_dir.empty())
+        core->options.data_dir = fs::temp_directory_path() / ("kubesandbox-kubelet-" + random_hex(8));
     error_code ec;
     fs::create_directories(core->options.data_dir / "pods", ec);
     core->prepare_layout();
@@ -1049,7 +1060,8 @@ ExecQuery parse_exec_query(std::string_view target) {
             q.container = param.value;
             q.has_container = true;
         } else {
-            flags[param.key] = param.has_value ? std::optional<std::string>(param.value) : std::optional<std::string>("");
+            flags[param.key] =
+                param.has_value ? std::optional<std::string>(param.value) : std::optional<std::string>("");
         }
     }
     auto flag = [&](const char* k) -> bool {
@@ -1208,7 +1220,8 @@ struct ExecSession {
                 unsigned ch = data[0];
                 if (ch == 0) {
                     if (want_stdin && in_sd.is_open() && size > 1) {
-                        auto [wec, w] = co_await asio::async_write(in_sd, asio::buffer(data + 1, size - 1), tuple_awaitable);
+                        auto [wec, w] =
+                            co_await asio::async_write(in_sd, asio::buffer(data + 1, size - 1), tuple_awaitable);
                         (void)w;
                         if (wec) {
                             error_code ignored;
@@ -1283,17 +1296,20 @@ asio::awaitable<void> Kubelet::serve_exec(StreamRequest request) {
         co_return;
     }
     if (q.command.empty()) {
-        co_await write_status(stream, version, 400, "BadRequest", "you must specify at least one command for the container");
+        co_await write_status(stream, version, 400, "BadRequest",
+                              "you must specify at least one command for the container");
         co_return;
     }
     if (!q.in && !q.out && !q.err) {
-        co_await write_status(stream, version, 400, "BadRequest", "you must specify at least 1 of stdin, stdout, stderr");
+        co_await write_status(stream, version, 400, "BadRequest",
+                              "you must specify at least 1 of stdin, stdout, stderr");
         co_return;
     }
     if (q.tty) q.err = false;  // a terminal merges stderr into stdout
     if (!websocket::is_upgrade(request.request)) {
-        co_await write_status(stream, version, 400, "BadRequest",
-                              "the local cluster serves exec over WebSocket only (v5.channel.k8s.io, v4.channel.k8s.io)");
+        co_await write_status(
+            stream, version, 400, "BadRequest",
+            "the local cluster serves exec over WebSocket only (v5.channel.k8s.io, v4.channel.k8s.io)");
         co_return;
     }
     std::string protocol;
@@ -1339,9 +1355,8 @@ asio::awaitable<void> Kubelet::serve_exec(StreamRequest request) {
     auto session = std::make_unique<ExecSession>(core->executor, stream, request.buffer);
     auto& s = *session;
     s.v5 = protocol == "v5.channel.k8s.io";
-    s.ws.set_option(websocket::stream_base::decorator([protocol](websocket::response_type& res) {
-        res.set(http::field::sec_websocket_protocol, protocol);
-    }));
+    s.ws.set_option(websocket::stream_base::decorator(
+        [protocol](websocket::response_type& res) { res.set(http::field::sec_websocket_protocol, protocol); }));
     s.ws.auto_fragment(false);
     s.ws.binary(true);
     s.ws.read_message_max(32 * 1024 * 1024);
@@ -1496,8 +1511,9 @@ asio::awaitable<void> Kubelet::serve_log(StreamRequest request) {
     std::shared_ptr<PodRecord> pod;
     if (auto it = core->pods.find(uid); it != core->pods.end() && !it->second->removed) pod = it->second;
     if (flag("previous")) {
-        co_await write_status(stream, version, 400, "BadRequest",
-                              "previous terminated container \"" + container + "\" in pod \"" + pod_name + "\" not found");
+        co_await write_status(
+            stream, version, 400, "BadRequest",
+            "previous terminated container \"" + container + "\" in pod \"" + pod_name + "\" not found");
         co_return;
     }
     fs::path file = core->pods_dir() / uid / "container.log";
@@ -1505,7 +1521,8 @@ asio::awaitable<void> Kubelet::serve_log(StreamRequest request) {
     if (!pod || container != pod->container_name || fd.fd < 0) {
         std::string reason = "ContainerCreating";
         if (pod && container == pod->container_name) {
-            if (auto* w = pod->state.if_contains("waiting"); w && w->is_object()) reason = str(w->get_object(), "reason");
+            if (auto* w = pod->state.if_contains("waiting"); w && w->is_object())
+                reason = str(w->get_object(), "reason");
         }
         std::string msg = "container \"" + container + "\" in pod \"" + pod_name + "\" is waiting to start: " + reason;
         if (reason == "ErrImagePull" || reason == "ImagePullBackOff") {
@@ -1539,8 +1556,9 @@ asio::awaitable<void> Kubelet::serve_log(StreamRequest request) {
         return limit < 0 ? UINT64_MAX : static_cast<std::uint64_t>(limit) - std::min<std::uint64_t>(sent, limit);
     };
 
-    std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nCache-Control: no-cache, private\r\n"
-                       "Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n";
+    std::string head =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nCache-Control: no-cache, private\r\n"
+        "Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n";
     stream.expires_never();
     auto [hec, hn] = co_await asio::async_write(stream, asio::buffer(head), tuple_awaitable);
     (void)hn;

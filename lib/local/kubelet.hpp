@@ -24,11 +24,11 @@ namespace kubesandbox::local {
 // Writes a pod's new status into the store (bumping resourceVersion, notifying watchers).
 // Arguments: namespace, name, uid, the complete new `status` object. Ignored if the pod with
 // that uid no longer exists.
-using PodStatusWriter = std::function<void(const std::string& ns, const std::string& name,
-                                           const std::string& uid, boost::json::object status)>;
+using PodStatusWriter = std::function<void(const std::string& ns, const std::string& name, const std::string& uid,
+                                           boost::json::object status)>;
 
 struct KubeletOptions {
-    std::filesystem::path data_dir;  // pods' working directories live below it
+    std::filesystem::path data_dir;             // pods' working directories live below it
     std::map<std::string, std::string> images;  // see LocalClusterOptions::images
     bool allow_no_isolation = false;
     std::string bwrap_program = "bwrap";  // see LocalClusterOptions::bwrap_program

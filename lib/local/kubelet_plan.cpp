@@ -88,8 +88,7 @@ std::string join(const std::vector<std::string>& v) {
 
 }  // namespace
 
-std::optional<ImageRoot> resolve_image(const std::map<std::string, std::string>& images,
-                                       std::string_view image) {
+std::optional<ImageRoot> resolve_image(const std::map<std::string, std::string>& images, std::string_view image) {
     if (image.empty()) return std::nullopt;
     std::string_view short_name = strip_registry(image);
     // Exact entries first, then the longest matching prefix.
@@ -104,8 +103,8 @@ std::optional<ImageRoot> resolve_image(const std::map<std::string, std::string>&
     }
     if (best) return root_from_value(best->second);
     static const std::pair<std::string_view, std::string_view> defaults[] = {
-        {"python", "host"}, {"python:*", "host"}, {"python@*", "host"}, {"ubuntu*", "host"},
-        {"debian*", "host"}, {"busybox*", "busybox"},
+        {"python", "host"},  {"python:*", "host"}, {"python@*", "host"},
+        {"ubuntu*", "host"}, {"debian*", "host"},  {"busybox*", "busybox"},
     };
     for (const auto& [pattern, value] : defaults) {
         if (pattern_matches(pattern, short_name)) return root_from_value(std::string(value));
@@ -123,18 +122,19 @@ std::vector<std::string> default_image_command(std::string_view image, const Ima
 }
 
 PlanResult plan_container(const json::object& pod, const json::object& container,
-                          const std::map<std::string, std::string>& images,
-                          const std::filesystem::path& pod_dir) {
+                          const std::map<std::string, std::string>& images, const std::filesystem::path& pod_dir) {
     PlanResult result;
     ContainerPlan plan;
     plan.name = get_string(container, "name");
     plan.image = get_string(container, "image");
     auto root = resolve_image(images, plan.image);
     if (!root) {
-        result.error = PlanError{
-            "ErrImagePull",
-            "Failed to pull image \"" + plan.image + "\": rpc error: code = NotFound desc = failed to pull and unpack image \"" +
-                plan.image + "\": image is not available in the local cluster (known images: python*, ubuntu*, debian*, busybox* and the configured ones)"};
+        result.error =
+            PlanError{"ErrImagePull", "Failed to pull image \"" + plan.image +
+                                          "\": rpc error: code = NotFound desc = failed to pull and unpack image \"" +
+                                          plan.image +
+                                          "\": image is not available in the local cluster (known images: python*, "
+                                          "ubuntu*, debian*, busybox* and the configured ones)"};
         return result;
     }
     plan.root = *root;
@@ -151,7 +151,8 @@ PlanResult plan_container(const json::object& pod, const json::object& container
     if (auto* a = get_array(container, "args")) {
         for (const auto& v : *a) args.emplace_back(v.is_string() ? std::string(v.get_string()) : std::string());
     }
-    if (command.empty()) command = args.empty() ? default_image_command(plan.image, plan.root) : std::vector<std::string>{};
+    if (command.empty())
+        command = args.empty() ? default_image_command(plan.image, plan.root) : std::vector<std::string>{};
     plan.argv = command;
     plan.argv.insert(plan.argv.end(), args.begin(), args.end());
     if (plan.argv.empty()) plan.argv = default_image_command(plan.image, plan.root);
@@ -168,9 +169,10 @@ PlanResult plan_container(const json::object& pod, const json::object& container
     auto non_root = get_bool(sc, "runAsNonRoot");
     if (!non_root) non_root = get_bool(pod_sc, "runAsNonRoot");
     if (non_root.value_or(false) && plan.uid == 0) {
-        result.error = PlanError{"CreateContainerConfigError",
-                                 "container has runAsNonRoot and image will run as root (pod: \"" +
-                                     get_string(*get_object(pod, "metadata"), "name") + "\", container: " + plan.name + ")"};
+        result.error =
+            PlanError{"CreateContainerConfigError", "container has runAsNonRoot and image will run as root (pod: \"" +
+                                                        get_string(*get_object(pod, "metadata"), "name") +
+                                                        "\", container: " + plan.name + ")"};
         return result;
     }
     plan.read_only_root = get_bool(sc, "readOnlyRootFilesystem").value_or(false);
@@ -196,7 +198,8 @@ PlanResult plan_container(const json::object& pod, const json::object& container
             std::string key = get_string(e.get_object(), "name");
             if (key.empty()) continue;
             if (e.get_object().contains("valueFrom")) {
-                plan.warnings.push_back("env " + key + ": valueFrom is not supported by the local cluster; set to \"\"");
+                plan.warnings.push_back("env " + key +
+                                        ": valueFrom is not supported by the local cluster; set to \"\"");
             }
             if (!env_map.count(key)) order.push_back(key);
             env_map[key] = get_string(e.get_object(), "value");
@@ -237,10 +240,11 @@ PlanResult plan_container(const json::object& pod, const json::object& container
             } else {
                 mp.host_path = pod_dir / "unsupported-volume";
                 mp.read_only = true;
-                plan.warnings.push_back("volume " + mp.name + ": only emptyDir volumes are backed by the local cluster");
+                plan.warnings.push_back("volume " + mp.name +
+                                        ": only emptyDir volumes are backed by the local cluster");
             }
-            if (auto sub = get_string(m.get_object(), "subPath"); !sub.empty() && sub.find("..") == std::string::npos &&
-                                                                   sub.front() != '/') {
+            if (auto sub = get_string(m.get_object(), "subPath");
+                !sub.empty() && sub.find("..") == std::string::npos && sub.front() != '/') {
                 mp.host_path /= sub;
             }
             mounted_paths.insert(mp.path);
@@ -260,9 +264,8 @@ PlanResult plan_container(const json::object& pod, const json::object& container
     return result;
 }
 
-std::vector<std::string> bwrap_argv(const ContainerPlan& plan, const HostLayout& layout,
-                                    const std::string& hostname, int info_fd,
-                                    const std::vector<std::pair<std::string, std::string>>& root_entries) {
+std::vector<std::string> bwrap_argv(const ContainerPlan& plan, const HostLayout& layout, const std::string& hostname,
+                                    int info_fd, const std::vector<std::pair<std::string, std::string>>& root_entries) {
     std::vector<std::string> a;
     if (layout.outer_uid) {
         auto id = std::to_string(*layout.outer_uid);
@@ -299,9 +302,17 @@ std::vector<std::string> bwrap_argv(const ContainerPlan& plan, const HostLayout&
 }
 
 std::vector<std::string> exec_argv(const ContainerPlan& plan, int pod_pid, const std::vector<std::string>& command) {
-    std::vector<std::string> a = {"nsenter", "-t", std::to_string(pod_pid), "-a",
-                                  "-S", std::to_string(plan.uid), "-G", std::to_string(plan.gid),
-                                  "-W", plan.working_dir, "--"};
+    std::vector<std::string> a = {"nsenter",
+                                  "-t",
+                                  std::to_string(pod_pid),
+                                  "-a",
+                                  "-S",
+                                  std::to_string(plan.uid),
+                                  "-G",
+                                  std::to_string(plan.gid),
+                                  "-W",
+                                  plan.working_dir,
+                                  "--"};
     a.insert(a.end(), command.begin(), command.end());
     return a;
 }

@@ -26,8 +26,7 @@ struct ImageRoot {
 // Maps an image reference to a root. `images` (exact name, or prefix ending in '*') wins over the
 // defaults: python*, ubuntu*, debian* -> host userland; busybox* -> busybox root. A leading
 // "docker.io/library/" or "docker.io/" is ignored when matching. nullopt = unknown image.
-std::optional<ImageRoot> resolve_image(const std::map<std::string, std::string>& images,
-                                       std::string_view image);
+std::optional<ImageRoot> resolve_image(const std::map<std::string, std::string>& images, std::string_view image);
 
 // The command an image runs when the container gives none (the image's CMD): these exit at
 // once without a terminal, as they do on a real node.
@@ -45,20 +44,20 @@ struct ContainerPlan {
     std::string name;
     std::string image;
     ImageRoot root;
-    std::vector<std::string> argv;           // command + args
-    std::vector<std::string> env;            // "KEY=VALUE", final environment
-    std::string working_dir;                 // cwd inside the container
+    std::vector<std::string> argv;  // command + args
+    std::vector<std::string> env;   // "KEY=VALUE", final environment
+    std::string working_dir;        // cwd inside the container
     std::uint32_t uid = 0;
     std::uint32_t gid = 0;
-    std::vector<MountPlan> mounts;           // emptyDir volumes, workspace, /tmp
+    std::vector<MountPlan> mounts;  // emptyDir volumes, workspace, /tmp
     bool read_only_root = false;
     bool drop_all_caps = false;
-    std::vector<std::string> warnings;       // unsupported fields that were ignored
+    std::vector<std::string> warnings;  // unsupported fields that were ignored
 };
 
 // A pod spec the local kubelet cannot run as asked: waiting reason + message.
 struct PlanError {
-    std::string reason;   // ErrImagePull, CreateContainerConfigError, ...
+    std::string reason;  // ErrImagePull, CreateContainerConfigError, ...
     std::string message;
 };
 
@@ -69,8 +68,7 @@ struct PlanResult {
     std::optional<PlanError> error;
 };
 PlanResult plan_container(const boost::json::object& pod, const boost::json::object& container,
-                          const std::map<std::string, std::string>& images,
-                          const std::filesystem::path& pod_dir);
+                          const std::map<std::string, std::string>& images, const std::filesystem::path& pod_dir);
 
 // Host layout facts the bwrap command line depends on (so argv building stays pure).
 struct HostLayout {
@@ -86,13 +84,11 @@ struct HostLayout {
 
 // The full argv (setpriv + bwrap + command) to start the container. `info_fd` is the fd bwrap
 // writes its child-pid JSON to. `root_entries` lists the top-level names of a non-host root.
-std::vector<std::string> bwrap_argv(const ContainerPlan& plan, const HostLayout& layout,
-                                    const std::string& hostname, int info_fd,
-                                    const std::vector<std::pair<std::string, std::string>>& root_entries);
+std::vector<std::string> bwrap_argv(const ContainerPlan& plan, const HostLayout& layout, const std::string& hostname,
+                                    int info_fd, const std::vector<std::pair<std::string, std::string>>& root_entries);
 
 // argv for running `command` inside a running pod (nsenter into the pod's first process).
-std::vector<std::string> exec_argv(const ContainerPlan& plan, int pod_pid,
-                                   const std::vector<std::string>& command);
+std::vector<std::string> exec_argv(const ContainerPlan& plan, int pod_pid, const std::vector<std::string>& command);
 
 // Parses {"child-pid": N, ...} from bwrap --info-fd output; 0 when absent.
 int parse_child_pid(std::string_view info_json);
@@ -117,8 +113,8 @@ public:
 
 private:
     unsigned char header_[14] = {};
-    std::size_t have_ = 0;     // header bytes collected
-    std::uint64_t skip_ = 0;   // payload bytes left in the current frame
+    std::size_t have_ = 0;    // header bytes collected
+    std::uint64_t skip_ = 0;  // payload bytes left in the current frame
     bool fragmented_ = false;
 };
 

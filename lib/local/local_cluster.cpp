@@ -1,33 +1,33 @@
 // LocalCluster: owns the io_context thread, the listener, the API server and the kubelet.
 #include <kubesandbox/local_cluster.hpp>
 
-#include "util/random.hpp"
 #include "local/api_server.hpp"
 #include "local/kubelet.hpp"
 #include "local/store.hpp"
 #include "local/tls_certs.hpp"
 #include "net/any_stream.hpp"
 #include "proto/kubeconfig.hpp"
+#include "util/random.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <unistd.h>
 #include <fstream>
 #include <future>
 #include <thread>
-#include <unistd.h>
 
 namespace kubesandbox {
 
 namespace asio = boost::asio;
-using boost::system::error_code;
 using asio::ip::tcp;
+using boost::system::error_code;
 
 struct LocalCluster::Impl {
     LocalClusterOptions options;
@@ -109,14 +109,17 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
         impl->data_dir = tmpl;
         impl->remove_data_dir = true;
         // mkdtemp makes it 0700; pods run as an unprivileged host uid that must traverse it.
-        std::filesystem::permissions(impl->data_dir, std::filesystem::perms::owner_all |
-                                                         std::filesystem::perms::group_read | std::filesystem::perms::group_exec |
-                                                         std::filesystem::perms::others_read | std::filesystem::perms::others_exec,
+        std::filesystem::permissions(impl->data_dir,
+                                     std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                                         std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+                                         std::filesystem::perms::others_exec,
                                      fec);
     } else {
         impl->data_dir = options.data_dir;
         std::filesystem::create_directories(impl->data_dir, fec);
-        if (fec) return fail(errc::io_error, "cannot create data directory " + impl->data_dir.string() + ": " + fec.message());
+        if (fec)
+            return fail(errc::io_error,
+                        "cannot create data directory " + impl->data_dir.string() + ": " + fec.message());
     }
     // Listener.
     error_code ec;
@@ -128,7 +131,8 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
     if (!ec) impl->acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
     if (!ec) impl->acceptor->bind(ep, ec);
     if (!ec) impl->acceptor->listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return fail(make_error(ec, "cannot listen on " + options.bind_address + ":" + std::to_string(options.port)));
+    if (ec)
+        return fail(make_error(ec, "cannot listen on " + options.bind_address + ":" + std::to_string(options.port)));
     impl->port = impl->acceptor->local_endpoint().port();
     std::string host = address.is_v6() ? "[" + options.bind_address + "]" : options.bind_address;
     if (address.is_unspecified()) host = address.is_v6() ? "[::1]" : "127.0.0.1";
@@ -229,7 +233,8 @@ Result<void> LocalCluster::write_kubeconfig(const std::filesystem::path& path) c
     if (!impl_->certs.ca_pem.empty())
         y += "    certificate-authority-data: " + proto::base64_encode(impl_->certs.ca_pem) + "\n";
     y += "users:\n- name: kubesandbox-local\n  user:\n    token: " + impl_->token + "\n";
-    y += "contexts:\n- name: kubesandbox-local\n  context:\n    cluster: kubesandbox-local\n    user: kubesandbox-local\n"
+    y += "contexts:\n- name: kubesandbox-local\n  context:\n    cluster: kubesandbox-local\n    user: "
+         "kubesandbox-local\n"
          "    namespace: default\n";
     y += "current-context: kubesandbox-local\npreferences: {}\n";
     std::filesystem::path tmp = path;

@@ -1,7 +1,7 @@
 #include "local/port_forward.hpp"
 
-#include "proto/channel_protocol.hpp"
 #include "local/spdy.hpp"
+#include "proto/channel_protocol.hpp"
 #include "proto/status.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -52,15 +52,16 @@ tl::unexpected<Error> fail_ec(error_code ec, std::string message) { return fail(
 constexpr std::string_view tunnel_subprotocol = "SPDY/3.1+portforward.k8s.io";
 constexpr std::string_view spdy_stream_protocol = "portforward.k8s.io";
 constexpr std::string_view channel_subprotocols[] = {"v4.channel.k8s.io", "channel.k8s.io"};
-constexpr std::size_t chunk_size = 32 * 1024;           // client-go's copy size
-constexpr std::size_t outbox_high_water = 1 << 20;      // producers pause above this
-constexpr std::size_t inbound_limit = 8 << 20;          // per stream, beyond the SPDY window
+constexpr std::size_t chunk_size = 32 * 1024;            // client-go's copy size
+constexpr std::size_t outbox_high_water = 1 << 20;       // producers pause above this
+constexpr std::size_t inbound_limit = 8 << 20;           // per stream, beyond the SPDY window
 constexpr auto pair_timeout = std::chrono::seconds(30);  // kubelet: waiting for the stream pair
 
 bool iequals(std::string_view a, std::string_view b) {
     if (a.size() != b.size()) return false;
     for (std::size_t i = 0; i < a.size(); ++i)
-        if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+        if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
+            return false;
     return true;
 }
 
@@ -96,7 +97,9 @@ bool has_token(const std::vector<std::string>& tokens, std::string_view want) {
 // A condition variable for one single-threaded executor: notify() wakes every waiter.
 class Signal {
 public:
-    explicit Signal(const asio::any_io_executor& ex) : timer_(ex) { timer_.expires_at(asio::steady_timer::time_point::max()); }
+    explicit Signal(const asio::any_io_executor& ex) : timer_(ex) {
+        timer_.expires_at(asio::steady_timer::time_point::max());
+    }
     asio::awaitable<void> wait() {
         auto [ec] = co_await timer_.async_wait(tuple_awaitable);
         (void)ec;
@@ -176,7 +179,8 @@ std::string go_error_text(const error_code& ec) {
 asio::awaitable<Result<tcp::socket>> connect_one(asio::any_io_executor ex, int pod_pid, bool v6, std::uint16_t port) {
     std::string dial = v6 ? "dial tcp6 [::1]:" + std::to_string(port) : "dial tcp4 127.0.0.1:" + std::to_string(port);
     auto fd = socket_in_netns(pod_pid, v6 ? AF_INET6 : AF_INET);
-    if (!fd) co_return fail_ec(fd.error().code, dial + ": " + fd.error().message + ": " + go_error_text(fd.error().code));
+    if (!fd)
+        co_return fail_ec(fd.error().code, dial + ": " + fd.error().message + ": " + go_error_text(fd.error().code));
     tcp::socket sock(ex);
     error_code ec;
     sock.assign(v6 ? tcp::v6() : tcp::v4(), *fd, ec);
@@ -184,9 +188,9 @@ asio::awaitable<Result<tcp::socket>> connect_one(asio::any_io_executor ex, int p
         ::close(*fd);
         co_return fail_ec(ec, dial + ": " + go_error_text(ec));
     }
-    tcp::endpoint ep(v6 ? asio::ip::address(asio::ip::address_v6::loopback())
-                        : asio::ip::address(asio::ip::address_v4::loopback()),
-                     port);
+    tcp::endpoint ep(
+        v6 ? asio::ip::address(asio::ip::address_v6::loopback()) : asio::ip::address(asio::ip::address_v4::loopback()),
+        port);
     auto [cec] = co_await sock.async_connect(ep, tuple_awaitable);
     if (cec) co_return fail_ec(cec, dial + ": connect: " + go_error_text(cec));
     co_return std::move(sock);
@@ -199,8 +203,8 @@ asio::awaitable<Result<tcp::socket>> connect_in_pod(asio::any_io_executor ex, in
     auto v6 = co_await connect_one(ex, pod_pid, true, port);
     if (v6) co_return std::move(*v6);
     co_return fail_ec(v4.error().code, "failed to connect to localhost:" + std::to_string(port) +
-                                        " inside the pod network namespace, IPv4: " + v4.error().message +
-                                        " IPv6 " + v6.error().message);
+                                           " inside the pod network namespace, IPv4: " + v4.error().message + " IPv6 " +
+                                           v6.error().message);
 }
 
 struct PodRef {
@@ -410,8 +414,13 @@ class ChannelSession : public std::enable_shared_from_this<ChannelSession> {
 public:
     ChannelSession(asio::any_io_executor ex, std::unique_ptr<WsTransport> transport, std::vector<std::uint16_t> ports,
                    int pod_pid, PodRef pod)
-        : ex_(ex), transport_(std::move(transport)), outbox_(ex, *transport_, false), ports_(std::move(ports)),
-          pod_pid_(pod_pid), pod_(std::move(pod)), active_(ports_.size()) {
+        : ex_(ex),
+          transport_(std::move(transport)),
+          outbox_(ex, *transport_, false),
+          ports_(std::move(ports)),
+          pod_pid_(pod_pid),
+          pod_(std::move(pod)),
+          active_(ports_.size()) {
         for (std::size_t i = 0; i < ports_.size(); ++i) upstreams_.push_back(std::make_shared<Upstream>(ex));
     }
 
@@ -450,8 +459,8 @@ private:
         auto up = self->upstreams_[i];
         auto sock = co_await connect_in_pod(self->ex_, self->pod_pid_, self->ports_[i]);
         if (!sock) {
-            self->outbox_.push(proto::encode_channel_frame(proto::port_forward_error_channel(i),
-                                                           self->pod_.forward_error(self->ports_[i], sock.error().message)));
+            self->outbox_.push(proto::encode_channel_frame(
+                proto::port_forward_error_channel(i), self->pod_.forward_error(self->ports_[i], sock.error().message)));
             self->port_done();
             co_return;
         }
@@ -465,7 +474,8 @@ private:
         while (true) {
             auto [ec, n] = co_await up->socket.async_read_some(asio::buffer(buf), tuple_awaitable);
             if (ec) break;
-            self->outbox_.push(proto::encode_channel_frame(proto::port_forward_data_channel(i), std::string_view(buf.data(), n)));
+            self->outbox_.push(
+                proto::encode_channel_frame(proto::port_forward_data_channel(i), std::string_view(buf.data(), n)));
             co_await self->outbox_.wait_room();
             if (self->outbox_.done()) break;
         }
@@ -494,7 +504,10 @@ private:
 class SpdySession : public std::enable_shared_from_this<SpdySession> {
 public:
     SpdySession(asio::any_io_executor ex, std::unique_ptr<Transport> transport, int pod_pid, PodRef pod)
-        : ex_(ex), transport_(std::move(transport)), outbox_(ex, *transport_, true), pod_pid_(pod_pid),
+        : ex_(ex),
+          transport_(std::move(transport)),
+          outbox_(ex, *transport_, true),
+          pod_pid_(pod_pid),
           pod_(std::move(pod)) {}
 
     asio::awaitable<void> run() {
@@ -648,7 +661,8 @@ private:
         if (!streams_.count(pair->data_id) && !streams_.count(pair->error_id)) {
             pair->timer.cancel();
             pair->upstream->close();
-            if (auto r = requests_.find(pair->request_id); r != requests_.end() && r->second == pair) requests_.erase(r);
+            if (auto r = requests_.find(pair->request_id); r != requests_.end() && r->second == pair)
+                requests_.erase(r);
         }
     }
 
@@ -724,9 +738,8 @@ private:
 // Accepts the WebSocket handshake answering with `subprotocol`; false when it failed.
 asio::awaitable<bool> accept_websocket(WsTransport& t, StreamRequest& request, std::string subprotocol) {
     auto& ws = t.ws();
-    ws.set_option(websocket::stream_base::decorator([subprotocol](websocket::response_type& res) {
-        res.set(http::field::sec_websocket_protocol, subprotocol);
-    }));
+    ws.set_option(websocket::stream_base::decorator(
+        [subprotocol](websocket::response_type& res) { res.set(http::field::sec_websocket_protocol, subprotocol); }));
     ws.auto_fragment(false);  // x/net-style peers treat every frame as a message
     ws.read_message_max(32 * 1024 * 1024);
     ws.binary(true);

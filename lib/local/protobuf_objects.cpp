@@ -41,8 +41,10 @@ public:
                 f.varint = *v;
                 break;
             }
-            case 1: return skip(8, f);
-            case 5: return skip(4, f);
+            case 1:
+                return skip(8, f);
+            case 5:
+                return skip(4, f);
             case 2: {
                 auto len = varint();
                 if (!len || *len > data_.size() - pos_) return fail();
@@ -50,7 +52,8 @@ public:
                 pos_ += static_cast<std::size_t>(*len);
                 break;
             }
-            default: return fail();
+            default:
+                return fail();
         }
         return f;
     }
@@ -122,13 +125,26 @@ bool owner_reference(std::string_view data, json::array& into) {
     json::object ref;
     bool ok = for_each(data, [&](const Field& f) {
         switch (f.number) {
-            case 1: ref["kind"] = f.bytes; break;
-            case 3: ref["name"] = f.bytes; break;
-            case 4: ref["uid"] = f.bytes; break;
-            case 5: ref["apiVersion"] = f.bytes; break;
-            case 6: ref["controller"] = f.varint != 0; break;
-            case 7: ref["blockOwnerDeletion"] = f.varint != 0; break;
-            default: break;
+            case 1:
+                ref["kind"] = f.bytes;
+                break;
+            case 3:
+                ref["name"] = f.bytes;
+                break;
+            case 4:
+                ref["uid"] = f.bytes;
+                break;
+            case 5:
+                ref["apiVersion"] = f.bytes;
+                break;
+            case 6:
+                ref["controller"] = f.varint != 0;
+                break;
+            case 7:
+                ref["blockOwnerDeletion"] = f.varint != 0;
+                break;
+            default:
+                break;
         }
         return true;
     });
@@ -140,15 +156,29 @@ bool object_meta(std::string_view data, json::object& meta) {
     return for_each(data, [&](const Field& f) {
         if (f.wire != 2) return true;
         switch (f.number) {
-            case 1: meta["name"] = f.bytes; return true;
-            case 2: meta["generateName"] = f.bytes; return true;
-            case 3: meta["namespace"] = f.bytes; return true;
-            case 6: meta["resourceVersion"] = f.bytes; return true;
-            case 11: return map_entry(f.bytes, sub(meta, "labels"), false);
-            case 12: return map_entry(f.bytes, sub(meta, "annotations"), false);
-            case 13: return owner_reference(f.bytes, arr(meta, "ownerReferences"));
-            case 14: arr(meta, "finalizers").push_back(json::string(f.bytes)); return true;
-            default: return true;
+            case 1:
+                meta["name"] = f.bytes;
+                return true;
+            case 2:
+                meta["generateName"] = f.bytes;
+                return true;
+            case 3:
+                meta["namespace"] = f.bytes;
+                return true;
+            case 6:
+                meta["resourceVersion"] = f.bytes;
+                return true;
+            case 11:
+                return map_entry(f.bytes, sub(meta, "labels"), false);
+            case 12:
+                return map_entry(f.bytes, sub(meta, "annotations"), false);
+            case 13:
+                return owner_reference(f.bytes, arr(meta, "ownerReferences"));
+            case 14:
+                arr(meta, "finalizers").push_back(json::string(f.bytes));
+                return true;
+            default:
+                return true;
         }
     });
 }
@@ -169,7 +199,8 @@ bool decode_kind(std::string_view kind, std::string_view raw, json::object& o) {
         } else if (kind == "Namespace") {
             if (f.number == 2 && f.wire == 2)
                 return for_each(f.bytes, [&](const Field& g) {
-                    if (g.number == 1 && g.wire == 2) arr(sub(o, "spec"), "finalizers").push_back(json::string(g.bytes));
+                    if (g.number == 1 && g.wire == 2)
+                        arr(sub(o, "spec"), "finalizers").push_back(json::string(g.bytes));
                     return true;
                 });
         } else if (kind == "ServiceAccount") {

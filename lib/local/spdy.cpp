@@ -12,17 +12,71 @@ namespace {
 
 // Built from the SPDY/3 draft (section 2.6.10.1): 65 length-prefixed words, then a raw tail.
 std::string build_dictionary() {
-    static constexpr std::array<std::string_view, 65> words = {
-        "options", "head", "post", "put", "delete", "trace", "accept", "accept-charset",
-        "accept-encoding", "accept-language", "accept-ranges", "age", "allow", "authorization",
-        "cache-control", "connection", "content-base", "content-encoding", "content-language",
-        "content-length", "content-location", "content-md5", "content-range", "content-type", "date",
-        "etag", "expect", "expires", "from", "host", "if-match", "if-modified-since", "if-none-match",
-        "if-range", "if-unmodified-since", "last-modified", "location", "max-forwards", "pragma",
-        "proxy-authenticate", "proxy-authorization", "range", "referer", "retry-after", "server", "te",
-        "trailer", "transfer-encoding", "upgrade", "user-agent", "vary", "via", "warning",
-        "www-authenticate", "method", "get", "status", "200 OK", "version", "HTTP/1.1", "url", "public",
-        "set-cookie", "keep-alive", "origin"};
+    static constexpr std::array<std::string_view, 65> words = {"options",
+                                                               "head",
+                                                               "post",
+                                                               "put",
+                                                               "delete",
+                                                               "trace",
+                                                               "accept",
+                                                               "accept-charset",
+                                                               "accept-encoding",
+                                                               "accept-language",
+                                                               "accept-ranges",
+                                                               "age",
+                                                               "allow",
+                                                               "authorization",
+                                                               "cache-control",
+                                                               "connection",
+                                                               "content-base",
+                                                               "content-encoding",
+                                                               "content-language",
+                                                               "content-length",
+                                                               "content-location",
+                                                               "content-md5",
+                                                               "content-range",
+                                                               "content-type",
+                                                               "date",
+                                                               "etag",
+                                                               "expect",
+                                                               "expires",
+                                                               "from",
+                                                               "host",
+                                                               "if-match",
+                                                               "if-modified-since",
+                                                               "if-none-match",
+                                                               "if-range",
+                                                               "if-unmodified-since",
+                                                               "last-modified",
+                                                               "location",
+                                                               "max-forwards",
+                                                               "pragma",
+                                                               "proxy-authenticate",
+                                                               "proxy-authorization",
+                                                               "range",
+                                                               "referer",
+                                                               "retry-after",
+                                                               "server",
+                                                               "te",
+                                                               "trailer",
+                                                               "transfer-encoding",
+                                                               "upgrade",
+                                                               "user-agent",
+                                                               "vary",
+                                                               "via",
+                                                               "warning",
+                                                               "www-authenticate",
+                                                               "method",
+                                                               "get",
+                                                               "status",
+                                                               "200 OK",
+                                                               "version",
+                                                               "HTTP/1.1",
+                                                               "url",
+                                                               "public",
+                                                               "set-cookie",
+                                                               "keep-alive",
+                                                               "origin"};
     static constexpr std::string_view tail =
         "100101201202205206300302303304305306307402405406407408409410411412413414415416417502504505"
         "203 Non-Authoritative Information204 No Content301 Moved Permanently400 Bad Request"
@@ -158,8 +212,8 @@ Result<std::string> HeaderInflater::inflate(std::string_view compressed) {
         int rc = ::inflate(&z, Z_SYNC_FLUSH);
         if (rc == Z_NEED_DICT) {
             auto dict = dictionary();
-            if (inflateSetDictionary(&z, reinterpret_cast<const Bytef*>(dict.data()),
-                                     static_cast<uInt>(dict.size())) != Z_OK)
+            if (inflateSetDictionary(&z, reinterpret_cast<const Bytef*>(dict.data()), static_cast<uInt>(dict.size())) !=
+                Z_OK)
                 return malformed("header block uses an unknown zlib dictionary");
             continue;
         }
@@ -171,7 +225,8 @@ Result<std::string> HeaderInflater::inflate(std::string_view compressed) {
             if (z.avail_in == 0) break;
             return malformed("header block decompression stalled");
         }
-        if (rc != Z_OK) return malformed(std::string("header block decompression failed: ") + (z.msg ? z.msg : "zlib error"));
+        if (rc != Z_OK)
+            return malformed(std::string("header block decompression failed: ") + (z.msg ? z.msg : "zlib error"));
         if (z.avail_in == 0 && z.avail_out != 0) break;
     }
     return out;
@@ -244,7 +299,8 @@ Result<std::optional<Frame>> Decoder::next() {
         if (ver != version) return error(fail(errc::unsupported, "SPDY: unsupported version " + std::to_string(ver)));
     }
     if (length > max_frame_length_)
-        return error(fail(errc::request_entity_too_large, "SPDY: frame of " + std::to_string(length) + " bytes exceeds the limit"));
+        return error(fail(errc::request_entity_too_large,
+                          "SPDY: frame of " + std::to_string(length) + " bytes exceeds the limit"));
     if (avail.size() < 8 + static_cast<std::size_t>(length)) return std::optional<Frame>{};
     std::string_view payload = avail.substr(8, length);
     Result<Frame> frame;
@@ -272,65 +328,66 @@ Result<HeaderBlock> Decoder::headers_from(std::string_view compressed) {
 
 Result<Frame> Decoder::decode_control(std::uint16_t type, std::uint8_t flags, std::string_view p) {
     switch (static_cast<FrameType>(type)) {
-    case FrameType::syn_stream: {
-        if (p.size() < 10) return malformed("SYN_STREAM shorter than 10 bytes");
-        if ((flags & ~(flag_fin | flag_unidirectional)) != 0) return malformed("SYN_STREAM with unknown flags");
-        SynStream f;
-        f.stream_id = get32(p, 0) & 0x7fffffff;
-        f.associated_stream_id = get32(p, 4) & 0x7fffffff;
-        f.priority = static_cast<std::uint8_t>(static_cast<unsigned char>(p[8]) >> 5);
-        f.slot = static_cast<std::uint8_t>(p[9]);
-        f.fin = (flags & flag_fin) != 0;
-        f.unidirectional = (flags & flag_unidirectional) != 0;
-        auto h = headers_from(p.substr(10));
-        if (!h) return tl::unexpected(std::move(h.error()));
-        if (f.stream_id == 0) return malformed("SYN_STREAM for stream 0");
-        f.headers = std::move(*h);
-        return f;
-    }
-    case FrameType::syn_reply:
-    case FrameType::headers: {
-        if (p.size() < 4) return malformed("SYN_REPLY/HEADERS shorter than 4 bytes");
-        if ((flags & ~flag_fin) != 0) return malformed("SYN_REPLY/HEADERS with unknown flags");
-        std::uint32_t id = get32(p, 0) & 0x7fffffff;
-        auto h = headers_from(p.substr(4));
-        if (!h) return tl::unexpected(std::move(h.error()));
-        if (id == 0) return malformed("SYN_REPLY/HEADERS for stream 0");
-        if (static_cast<FrameType>(type) == FrameType::syn_reply)
-            return SynReply{id, (flags & flag_fin) != 0, std::move(*h)};
-        return Headers{id, (flags & flag_fin) != 0, std::move(*h)};
-    }
-    case FrameType::rst_stream:
-        if (p.size() != 8) return malformed("RST_STREAM length is not 8");
-        if (flags != 0) return malformed("RST_STREAM with flags");
-        return RstStream{get32(p, 0) & 0x7fffffff, get32(p, 4)};
-    case FrameType::settings: {
-        if (p.size() < 4) return malformed("SETTINGS shorter than 4 bytes");
-        std::uint32_t count = get32(p, 0);
-        if (p.size() - 4 != static_cast<std::size_t>(count) * 8) return malformed("SETTINGS length does not match its count");
-        Settings f;
-        f.clear_settings = (flags & 0x01) != 0;
-        for (std::uint32_t i = 0; i < count; ++i) {
-            std::uint32_t w = get32(p, 4 + 8 * i);
-            f.entries.push_back(Setting{static_cast<std::uint8_t>(w >> 24), w & 0xffffff, get32(p, 8 + 8 * i)});
+        case FrameType::syn_stream: {
+            if (p.size() < 10) return malformed("SYN_STREAM shorter than 10 bytes");
+            if ((flags & ~(flag_fin | flag_unidirectional)) != 0) return malformed("SYN_STREAM with unknown flags");
+            SynStream f;
+            f.stream_id = get32(p, 0) & 0x7fffffff;
+            f.associated_stream_id = get32(p, 4) & 0x7fffffff;
+            f.priority = static_cast<std::uint8_t>(static_cast<unsigned char>(p[8]) >> 5);
+            f.slot = static_cast<std::uint8_t>(p[9]);
+            f.fin = (flags & flag_fin) != 0;
+            f.unidirectional = (flags & flag_unidirectional) != 0;
+            auto h = headers_from(p.substr(10));
+            if (!h) return tl::unexpected(std::move(h.error()));
+            if (f.stream_id == 0) return malformed("SYN_STREAM for stream 0");
+            f.headers = std::move(*h);
+            return f;
         }
-        return f;
-    }
-    case FrameType::ping:
-        if (p.size() != 4) return malformed("PING length is not 4");
-        if (flags != 0) return malformed("PING with flags");
-        return Ping{get32(p, 0)};
-    case FrameType::goaway:
-        if (p.size() != 8) return malformed("GOAWAY length is not 8");
-        if (flags != 0) return malformed("GOAWAY with flags");
-        return GoAway{get32(p, 0) & 0x7fffffff, get32(p, 4)};
-    case FrameType::window_update: {
-        if (p.size() != 8) return malformed("WINDOW_UPDATE length is not 8");
-        if (flags != 0) return malformed("WINDOW_UPDATE with flags");
-        std::uint32_t delta = get32(p, 4) & 0x7fffffff;
-        if (delta == 0) return malformed("WINDOW_UPDATE with delta 0");
-        return WindowUpdate{get32(p, 0) & 0x7fffffff, delta};
-    }
+        case FrameType::syn_reply:
+        case FrameType::headers: {
+            if (p.size() < 4) return malformed("SYN_REPLY/HEADERS shorter than 4 bytes");
+            if ((flags & ~flag_fin) != 0) return malformed("SYN_REPLY/HEADERS with unknown flags");
+            std::uint32_t id = get32(p, 0) & 0x7fffffff;
+            auto h = headers_from(p.substr(4));
+            if (!h) return tl::unexpected(std::move(h.error()));
+            if (id == 0) return malformed("SYN_REPLY/HEADERS for stream 0");
+            if (static_cast<FrameType>(type) == FrameType::syn_reply)
+                return SynReply{id, (flags & flag_fin) != 0, std::move(*h)};
+            return Headers{id, (flags & flag_fin) != 0, std::move(*h)};
+        }
+        case FrameType::rst_stream:
+            if (p.size() != 8) return malformed("RST_STREAM length is not 8");
+            if (flags != 0) return malformed("RST_STREAM with flags");
+            return RstStream{get32(p, 0) & 0x7fffffff, get32(p, 4)};
+        case FrameType::settings: {
+            if (p.size() < 4) return malformed("SETTINGS shorter than 4 bytes");
+            std::uint32_t count = get32(p, 0);
+            if (p.size() - 4 != static_cast<std::size_t>(count) * 8)
+                return malformed("SETTINGS length does not match its count");
+            Settings f;
+            f.clear_settings = (flags & 0x01) != 0;
+            for (std::uint32_t i = 0; i < count; ++i) {
+                std::uint32_t w = get32(p, 4 + 8 * i);
+                f.entries.push_back(Setting{static_cast<std::uint8_t>(w >> 24), w & 0xffffff, get32(p, 8 + 8 * i)});
+            }
+            return f;
+        }
+        case FrameType::ping:
+            if (p.size() != 4) return malformed("PING length is not 4");
+            if (flags != 0) return malformed("PING with flags");
+            return Ping{get32(p, 0)};
+        case FrameType::goaway:
+            if (p.size() != 8) return malformed("GOAWAY length is not 8");
+            if (flags != 0) return malformed("GOAWAY with flags");
+            return GoAway{get32(p, 0) & 0x7fffffff, get32(p, 4)};
+        case FrameType::window_update: {
+            if (p.size() != 8) return malformed("WINDOW_UPDATE length is not 8");
+            if (flags != 0) return malformed("WINDOW_UPDATE with flags");
+            std::uint32_t delta = get32(p, 4) & 0x7fffffff;
+            if (delta == 0) return malformed("WINDOW_UPDATE with delta 0");
+            return WindowUpdate{get32(p, 0) & 0x7fffffff, delta};
+        }
     }
     return UnknownControl{type};
 }

@@ -111,8 +111,8 @@ struct UnknownControl {
     std::uint16_t type = 0;
 };
 
-using Frame = std::variant<DataFrame, SynStream, SynReply, RstStream, Settings, Ping, GoAway, Headers,
-                           WindowUpdate, UnknownControl>;
+using Frame = std::variant<DataFrame, SynStream, SynReply, RstStream, Settings, Ping, GoAway, Headers, WindowUpdate,
+                           UnknownControl>;
 
 // The SPDY/3 header compression dictionary (1423 bytes, Adler-32 0xE3C6A7C2).
 std::string_view dictionary();

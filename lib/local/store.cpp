@@ -29,9 +29,9 @@ ResourceType core(std::string plural, std::string singular, std::string kind, bo
     return t;
 }
 
-ResourceType grouped(std::string group, std::vector<std::string> versions, std::string plural,
-                     std::string singular, std::string kind, std::vector<std::string> short_names,
-                     bool custom, std::vector<std::string> sub = {}) {
+ResourceType grouped(std::string group, std::vector<std::string> versions, std::string plural, std::string singular,
+                     std::string kind, std::vector<std::string> short_names, bool custom,
+                     std::vector<std::string> sub = {}) {
     ResourceType t;
     t.group = std::move(group);
     t.versions = std::move(versions);
@@ -47,17 +47,22 @@ ResourceType grouped(std::string group, std::vector<std::string> versions, std::
 std::vector<ResourceType> build_types() {
     std::vector<ResourceType> v;
     v.push_back(core("namespaces", "namespace", "Namespace", false, {"ns"}, NameKind::label, {"status"}));
-    v.push_back(core("pods", "pod", "Pod", true, {"po"}, NameKind::subdomain, {"status", "exec", "log", "portforward"}));
+    v.push_back(
+        core("pods", "pod", "Pod", true, {"po"}, NameKind::subdomain, {"status", "exec", "log", "portforward"}));
     v.push_back(core("services", "service", "Service", true, {"svc"}, NameKind::dns1035, {"status"}));
     v.push_back(core("events", "event", "Event", true, {"ev"}));
-    v.push_back(core("resourcequotas", "resourcequota", "ResourceQuota", true, {"quota"}, NameKind::subdomain, {"status"}));
+    v.push_back(
+        core("resourcequotas", "resourcequota", "ResourceQuota", true, {"quota"}, NameKind::subdomain, {"status"}));
     v.push_back(core("limitranges", "limitrange", "LimitRange", true, {"limits"}));
     v.push_back(core("configmaps", "configmap", "ConfigMap", true, {"cm"}));
     v.push_back(core("secrets", "secret", "Secret", true, {}));
     v.push_back(core("serviceaccounts", "serviceaccount", "ServiceAccount", true, {"sa"}));
-    v.push_back(grouped("networking.k8s.io", {"v1"}, "networkpolicies", "networkpolicy", "NetworkPolicy", {"netpol"}, false));
-    v.push_back(grouped("gateway.networking.k8s.io", {"v1"}, "gateways", "gateway", "Gateway", {"gtw"}, true, {"status"}));
-    v.push_back(grouped("agents.x-k8s.io", {"v1beta1", "v1alpha1"}, "sandboxes", "sandbox", "Sandbox", {"sandbox"}, true, {"status"}));
+    v.push_back(
+        grouped("networking.k8s.io", {"v1"}, "networkpolicies", "networkpolicy", "NetworkPolicy", {"netpol"}, false));
+    v.push_back(
+        grouped("gateway.networking.k8s.io", {"v1"}, "gateways", "gateway", "Gateway", {"gtw"}, true, {"status"}));
+    v.push_back(grouped("agents.x-k8s.io", {"v1beta1", "v1alpha1"}, "sandboxes", "sandbox", "Sandbox", {"sandbox"},
+                        true, {"status"}));
     v.push_back(grouped("extensions.agents.x-k8s.io", {"v1beta1", "v1alpha1"}, "sandboxtemplates", "sandboxtemplate",
                         "SandboxTemplate", {"sandboxtemplate"}, true));
     v.push_back(grouped("extensions.agents.x-k8s.io", {"v1beta1", "v1alpha1"}, "sandboxclaims", "sandboxclaim",
@@ -240,8 +245,8 @@ std::string new_uid() {
     std::string h = util::random_hex(16);
     h[12] = '4';
     h[16] = "89ab"[h[16] % 4];
-    return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" + h.substr(20, 12);
+    return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" +
+           h.substr(20, 12);
 }
-
 
 }  // namespace kubesandbox::local

@@ -12,9 +12,15 @@
 namespace kubesandbox::local {
 namespace {
 
-struct PkeyFree { void operator()(EVP_PKEY* p) const { EVP_PKEY_free(p); } };
-struct X509Free { void operator()(X509* p) const { X509_free(p); } };
-struct BioFree { void operator()(BIO* p) const { BIO_free(p); } };
+struct PkeyFree {
+    void operator()(EVP_PKEY* p) const { EVP_PKEY_free(p); }
+};
+struct X509Free {
+    void operator()(X509* p) const { X509_free(p); }
+};
+struct BioFree {
+    void operator()(BIO* p) const { BIO_free(p); }
+};
 using Pkey = std::unique_ptr<EVP_PKEY, PkeyFree>;
 using Cert = std::unique_ptr<X509, X509Free>;
 using Bio = std::unique_ptr<BIO, BioFree>;

@@ -1,8 +1,8 @@
 #include "net/any_stream.hpp"
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/ssl/stream.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <openssl/ssl.h>
@@ -29,12 +29,12 @@ public:
         timer_.expires_after(d);
         // A wait that already fired but has not run yet must not close a re-armed or destroyed
         // stream: it checks that its generation is still current and the owner still alive.
-        timer_.async_wait([&socket, alive = std::weak_ptr<int>(alive_), gen = ++generation_,
-                           current = &generation_](error_code ec) {
-            if (ec || alive.expired() || gen != *current) return;
-            error_code ignored;
-            socket.close(ignored);
-        });
+        timer_.async_wait(
+            [&socket, alive = std::weak_ptr<int>(alive_), gen = ++generation_, current = &generation_](error_code ec) {
+                if (ec || alive.expired() || gen != *current) return;
+                error_code ignored;
+                socket.close(ignored);
+            });
     }
     void disarm() {
         ++generation_;
@@ -93,18 +93,14 @@ public:
         stream_.lowest_layer().close(ec);
         deadline_.disarm();
     }
-    void expires_after(std::chrono::steady_clock::duration d) override {
-        deadline_.arm(d, stream_.next_layer());
-    }
+    void expires_after(std::chrono::steady_clock::duration d) override { deadline_.arm(d, stream_.next_layer()); }
     void expires_never() override { deadline_.disarm(); }
     bool idle_alive() override { return socket_idle_alive(stream_.next_layer()); }
     bool is_tls() const noexcept override { return true; }
 
     bool configure_client(const std::string& sni_host, const std::string& verify_host) {
-        if (!sni_host.empty() && !SSL_set_tlsext_host_name(stream_.native_handle(), sni_host.c_str()))
-            return false;
-        if (!verify_host.empty())
-            stream_.set_verify_callback(asio::ssl::host_name_verification(verify_host));
+        if (!sni_host.empty() && !SSL_set_tlsext_host_name(stream_.native_handle(), sni_host.c_str())) return false;
+        if (!verify_host.empty()) stream_.set_verify_callback(asio::ssl::host_name_verification(verify_host));
         return true;
     }
 
@@ -116,9 +112,7 @@ private:
 
 }  // namespace
 
-AnyStream AnyStream::tcp(tcp::socket socket) {
-    return AnyStream(std::make_unique<TcpImpl>(std::move(socket)));
-}
+AnyStream AnyStream::tcp(tcp::socket socket) { return AnyStream(std::make_unique<TcpImpl>(std::move(socket))); }
 
 AnyStream AnyStream::tls_client(tcp::socket socket, asio::ssl::context& ctx, const std::string& sni_host,
                                 const std::string& verify_host) {

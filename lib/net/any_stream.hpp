@@ -50,8 +50,8 @@ public:
     static AnyStream tcp(asio::ip::tcp::socket socket);
     // TLS over a connected socket; call async_handshake before use. For clients, `sni_host`
     // sets SNI and, unless `verify_host` is empty, the certificate host check.
-    static AnyStream tls_client(asio::ip::tcp::socket socket, asio::ssl::context& ctx,
-                                const std::string& sni_host, const std::string& verify_host);
+    static AnyStream tls_client(asio::ip::tcp::socket socket, asio::ssl::context& ctx, const std::string& sni_host,
+                                const std::string& verify_host);
     static AnyStream tls_server(asio::ip::tcp::socket socket, asio::ssl::context& ctx);
 
     explicit operator bool() const noexcept { return impl_ != nullptr; }
@@ -69,15 +69,15 @@ public:
     template <class MutableBufferSequence, class Token>
     auto async_read_some(const MutableBufferSequence& buffers, Token&& token) {
         return asio::async_initiate<Token, void(error_code, std::size_t)>(
-            [](auto handler, Impl* impl, asio::mutable_buffer b) { impl->read_some(b, std::move(handler)); },
-            token, impl_.get(), first_buffer<asio::mutable_buffer>(buffers));
+            [](auto handler, Impl* impl, asio::mutable_buffer b) { impl->read_some(b, std::move(handler)); }, token,
+            impl_.get(), first_buffer<asio::mutable_buffer>(buffers));
     }
 
     template <class ConstBufferSequence, class Token>
     auto async_write_some(const ConstBufferSequence& buffers, Token&& token) {
         return asio::async_initiate<Token, void(error_code, std::size_t)>(
-            [](auto handler, Impl* impl, asio::const_buffer b) { impl->write_some(b, std::move(handler)); },
-            token, impl_.get(), first_buffer<asio::const_buffer>(buffers));
+            [](auto handler, Impl* impl, asio::const_buffer b) { impl->write_some(b, std::move(handler)); }, token,
+            impl_.get(), first_buffer<asio::const_buffer>(buffers));
     }
 
     template <class Token>

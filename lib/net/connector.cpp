@@ -45,8 +45,8 @@ asio::awaitable<Result<void>> proxy_connect(tcp::socket& socket, const std::stri
     if (!read) co_return fail(errc::timeout, "proxy CONNECT timed out");
     if (auto [ec, n] = *read; ec) co_return fail(transport_error(ec, "proxy CONNECT to " + where));
     if (!(head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200")))
-        co_return fail(errc::connection_failed,
-                       "proxy " + where + " refused CONNECT: " + head.substr(0, std::min<std::size_t>(head.find('\r'), 200)));
+        co_return fail(errc::connection_failed, "proxy " + where + " refused CONNECT: " +
+                                                    head.substr(0, std::min<std::size_t>(head.find('\r'), 200)));
     co_return Result<void>{};
 }
 
@@ -76,7 +76,8 @@ asio::awaitable<Result<AnyStream>> connect(asio::any_io_executor executor, Conne
         const std::string& proxy = target.proxy_url;
         auto p = proto::parse_server_url(proxy.find("://") == std::string::npos ? "http://" + proxy : proxy);
         if (!p) co_return fail(errc::invalid_config, "proxy-url: " + p.error().message);
-        if (p->tls) co_return fail(errc::invalid_config, "proxy-url: only http:// proxies (HTTP CONNECT) are supported");
+        if (p->tls)
+            co_return fail(errc::invalid_config, "proxy-url: only http:// proxies (HTTP CONNECT) are supported");
         connect_host = p->host;
         connect_port = p->port;
         if (p->has_userinfo) proxy_authorization = proto::basic_authorization(p->username, p->password);

@@ -23,7 +23,7 @@ struct ConnectTarget {
     std::string port{};
     bool tls{true};
     std::shared_ptr<boost::asio::ssl::context> tls_context{};  // required with tls
-    std::string tls_server_name{};  // SNI and the name verified; empty = host
+    std::string tls_server_name{};                             // SNI and the name verified; empty = host
     bool verify_server_name{true};
     std::string proxy_url{};  // an http:// proxy spoken to with CONNECT; empty = direct
     std::chrono::milliseconds connect_timeout{10'000};

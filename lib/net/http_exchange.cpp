@@ -44,7 +44,8 @@ asio::awaitable<Result<HttpReply>> exchange(AnyStream& stream, boost::beast::fla
             co_return fail(mapped_error(errc::timeout, "request timed out while sending", wec));
         // Nothing reached a live server on a stale reused connection: safe to retry anything.
         request_sent = !reused;
-        co_return fail(make_error(wec, "sending " + std::string(request.method_string()) + " request: " + wec.message()));
+        co_return fail(
+            make_error(wec, "sending " + std::string(request.method_string()) + " request: " + wec.message()));
     }
     request_sent = true;
 
@@ -59,9 +60,9 @@ asio::awaitable<Result<HttpReply>> exchange(AnyStream& stream, boost::beast::fla
             // Even on a reused connection the server may have acted on the request before
             // closing: a non-idempotent request is never replayed once written (idle sockets
             // are checked before reuse instead).
-            co_return fail(mapped_error(errc::connection_closed,
-                                        "the server closed the connection before a full response (" + rec.message() + ")",
-                                        rec));
+            co_return fail(
+                mapped_error(errc::connection_closed,
+                             "the server closed the connection before a full response (" + rec.message() + ")", rec));
         }
         co_return fail(mapped_error(errc::invalid_response, "reading the response: " + rec.message(), rec));
     }

@@ -35,9 +35,9 @@ struct ExchangeLimits {
 // write failed on a reused connection (a stale keep-alive socket), where replaying is safe.
 // Errors: errc::timeout, errc::connection_closed (closed or reset before a full response),
 // errc::invalid_response, or the write's own code. The stream is closed on any error.
-boost::asio::awaitable<Result<HttpReply>> exchange(AnyStream& stream, boost::beast::flat_buffer& buffer,
-                                                   const boost::beast::http::request<boost::beast::http::string_body>& request,
-                                                   std::chrono::steady_clock::time_point deadline, bool reused,
-                                                   bool& request_sent, ExchangeLimits limits = {});
+boost::asio::awaitable<Result<HttpReply>> exchange(
+    AnyStream& stream, boost::beast::flat_buffer& buffer,
+    const boost::beast::http::request<boost::beast::http::string_body>& request,
+    std::chrono::steady_clock::time_point deadline, bool reused, bool& request_sent, ExchangeLimits limits = {});
 
 }  // namespace kubesandbox::net

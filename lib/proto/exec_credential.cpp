@@ -105,8 +105,8 @@ Result<ExecCredentialStatus> parse_exec_credential(std::string_view text, std::s
     if (!api || (*api != exec_api_v1 && *api != exec_api_v1beta1))
         return tl::unexpected(bad("apiVersion is not client.authentication.k8s.io/v1 or v1beta1"));
     if (!expected_api_version.empty() && *api != expected_api_version)
-        return tl::unexpected(bad("apiVersion " + *api + " does not match the configured " +
-                                  std::string(expected_api_version)));
+        return tl::unexpected(
+            bad("apiVersion " + *api + " does not match the configured " + std::string(expected_api_version)));
     auto st = root.find("status");
     if (st == root.end() || !st->value().is_object()) return tl::unexpected(bad("status is missing"));
     const json::object& status = st->value().get_object();

@@ -23,8 +23,7 @@ struct ExecCredentialStatus {
 
 // Parses a plugin's stdout. `expected_api_version` empty accepts v1 and v1beta1. Errors are
 // errc::exec_plugin_failed and never quote the document (it holds secrets).
-Result<ExecCredentialStatus> parse_exec_credential(std::string_view json,
-                                                   std::string_view expected_api_version = {});
+Result<ExecCredentialStatus> parse_exec_credential(std::string_view json, std::string_view expected_api_version = {});
 
 // RFC 3339 date-time ("2026-01-02T15:04:05Z", fractional seconds and offsets allowed).
 std::optional<std::chrono::system_clock::time_point> parse_rfc3339(std::string_view text) noexcept;
@@ -38,7 +37,8 @@ struct ExecClusterInfo {
     std::string proxy_url;
 };
 
-// The KUBERNETES_EXEC_INFO value: {"apiVersion":..,"kind":"ExecCredential","spec":{"interactive":false[,"cluster":{..}]}}.
+// The KUBERNETES_EXEC_INFO value:
+// {"apiVersion":..,"kind":"ExecCredential","spec":{"interactive":false[,"cluster":{..}]}}.
 std::string make_exec_info(std::string_view api_version, const std::optional<ExecClusterInfo>& cluster);
 
 }  // namespace kubesandbox::proto

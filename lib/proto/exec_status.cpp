@@ -44,7 +44,8 @@ Result<std::optional<int>> decode_exec_status(std::string_view payload) {
     Error e;
     e.message = std::string(str("message"));
     e.reason = std::string(str("reason"));
-    if (auto* code = st.if_contains("code"); code && code->is_int64()) e.http_status = static_cast<unsigned>(code->get_int64());
+    if (auto* code = st.if_contains("code"); code && code->is_int64())
+        e.http_status = static_cast<unsigned>(code->get_int64());
     e.code = make_error_code(errc::pod_failed);
     if (e.message.empty()) e.message = "the command could not be run";
     return fail(std::move(e));

@@ -81,15 +81,13 @@ std::optional<std::string> base64_decode(std::string_view in) {
 }
 
 std::string base64_encode(std::string_view in) {
-    static constexpr char alphabet[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    static constexpr char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     std::string out;
     out.reserve((in.size() + 2) / 3 * 4);
     std::size_t i = 0;
     for (; i + 2 < in.size(); i += 3) {
         const std::uint32_t n = (static_cast<unsigned char>(in[i]) << 16) |
-                                (static_cast<unsigned char>(in[i + 1]) << 8) |
-                                static_cast<unsigned char>(in[i + 2]);
+                                (static_cast<unsigned char>(in[i + 1]) << 8) | static_cast<unsigned char>(in[i + 2]);
         out.push_back(alphabet[(n >> 18) & 63]);
         out.push_back(alphabet[(n >> 12) & 63]);
         out.push_back(alphabet[(n >> 6) & 63]);
@@ -101,8 +99,8 @@ std::string base64_encode(std::string_view in) {
         out.push_back(alphabet[(n >> 12) & 63]);
         out += "==";
     } else if (i + 2 == in.size()) {
-        const std::uint32_t n = (static_cast<unsigned char>(in[i]) << 16) |
-                                (static_cast<unsigned char>(in[i + 1]) << 8);
+        const std::uint32_t n =
+            (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
         out.push_back(alphabet[(n >> 18) & 63]);
         out.push_back(alphabet[(n >> 12) & 63]);
         out.push_back(alphabet[(n >> 6) & 63]);
@@ -240,8 +238,7 @@ Result<bool> get_bool(const YAML::Node& map, const char* key, const Where& where
 
 // Merges the named list `key` of one document into `into`; the first definition of a name wins.
 Result<void> merge_list(const YAML::Node& doc, const char* key, const char* body_key,
-                        std::map<std::string, Entry>& into, const std::string& source,
-                        const fs::path& base_dir) {
+                        std::map<std::string, Entry>& into, const std::string& source, const fs::path& base_dir) {
     YAML::Node list = doc[key];
     if (!list || list.IsNull()) return {};
     Where top{source, key};
@@ -329,8 +326,7 @@ Result<void> merge_document(RawConfig& raw, std::string_view yaml, const std::st
         // e.msg is yaml-cpp's generic text ("end of map not found"), never document content.
         std::string m = "kubeconfig " + source + ": invalid YAML";
         if (!e.mark.is_null())
-            m += " at line " + std::to_string(e.mark.line + 1) + ", column " +
-                 std::to_string(e.mark.column + 1);
+            m += " at line " + std::to_string(e.mark.line + 1) + ", column " + std::to_string(e.mark.column + 1);
         m += ": " + e.msg;
         return fail(errc::invalid_config, std::move(m));
     } catch (const std::exception&) {
@@ -341,15 +337,13 @@ Result<void> merge_document(RawConfig& raw, std::string_view yaml, const std::st
 enum class PemKind { certificates, private_key };
 
 // `<name>-data` (base64) wins over `<name>` (a path relative to the defining file).
-Result<std::string> load_pem(const Entry& entry, const Where& where, const char* file_key,
-                             const char* data_key, PemKind kind) {
+Result<std::string> load_pem(const Entry& entry, const Where& where, const char* file_key, const char* data_key,
+                             PemKind kind) {
     auto data = get_string(entry.body, data_key, where);
     if (!data) return tl::unexpected(data.error());
-    const char* what = kind == PemKind::certificates ? "not a valid PEM certificate"
-                                                     : "not a valid PEM private key";
+    const char* what = kind == PemKind::certificates ? "not a valid PEM certificate" : "not a valid PEM private key";
     auto valid = [&](const std::string& pem) {
-        return kind == PemKind::certificates ? proto::pem_has_certificates(pem)
-                                             : proto::pem_has_private_key(pem);
+        return kind == PemKind::certificates ? proto::pem_has_certificates(pem) : proto::pem_has_private_key(pem);
     };
     if (!data->empty()) {
         auto decoded = proto::base64_decode(*data);
@@ -376,17 +370,16 @@ Result<ExecCredentialConfig> load_exec(const Entry& entry, const YAML::Node& exe
     if (!api) return tl::unexpected(api.error());
     if (*api != "client.authentication.k8s.io/v1" && *api != "client.authentication.k8s.io/v1beta1") {
         if (api->empty()) return tl::unexpected(where.error("apiVersion", "missing"));
-        return tl::unexpected(where.error("apiVersion", "unsupported (want client.authentication.k8s.io/v1 or v1beta1)"));
+        return tl::unexpected(
+            where.error("apiVersion", "unsupported (want client.authentication.k8s.io/v1 or v1beta1)"));
     }
     out.api_version = *api;
     auto command = get_string(exec, "command", where);
     if (!command) return tl::unexpected(command.error());
     if (command->empty()) return tl::unexpected(where.error("command", "missing"));
     // A command with a slash is a path relative to the kubeconfig; a bare name is looked up in PATH.
-    if (command->find('/') != std::string::npos)
-        out.command = resolve_path(entry.base_dir, *command).string();
-    else
-        out.command = *command;
+    if (command->find('/') != std::string::npos) out.command = resolve_path(entry.base_dir, *command).string();
+    else out.command = *command;
     YAML::Node args = exec["args"];
     if (args && !args.IsNull()) {
         if (!args.IsSequence()) return tl::unexpected(where.error("args", "expected a list of strings"));
@@ -450,8 +443,7 @@ Result<KubeConfig> resolve_unsafe(const RawConfig& raw, const KubeConfigLoadOpti
         return fail(errc::invalid_config, "no current-context is set in kubeconfig " + list_sources(raw));
     auto ctx_it = raw.contexts.find(ctx_name);
     if (ctx_it == raw.contexts.end())
-        return fail(errc::invalid_config,
-                    "context \"" + ctx_name + "\" not found in kubeconfig " + list_sources(raw));
+        return fail(errc::invalid_config, "context \"" + ctx_name + "\" not found in kubeconfig " + list_sources(raw));
     const Entry& ctx = ctx_it->second;
     Where ctx_where{ctx.source, "contexts[" + ctx_name + "].context"};
     cfg.context_name = ctx_name;
@@ -463,10 +455,8 @@ Result<KubeConfig> resolve_unsafe(const RawConfig& raw, const KubeConfigLoadOpti
     if (!user_name) return tl::unexpected(user_name.error());
     auto ns = get_string(ctx.body, "namespace", ctx_where);
     if (!ns) return tl::unexpected(ns.error());
-    if (options.namespace_name && !options.namespace_name->empty())
-        cfg.namespace_name = *options.namespace_name;
-    else if (!ns->empty())
-        cfg.namespace_name = *ns;
+    if (options.namespace_name && !options.namespace_name->empty()) cfg.namespace_name = *options.namespace_name;
+    else if (!ns->empty()) cfg.namespace_name = *ns;
 
     auto cl_it = raw.clusters.find(*cluster_name);
     if (cl_it == raw.clusters.end())
@@ -485,8 +475,9 @@ Result<KubeConfig> resolve_unsafe(const RawConfig& raw, const KubeConfigLoadOpti
     if (!insecure) return tl::unexpected(insecure.error());
     cfg.insecure_skip_tls_verify = *insecure;
     if (cfg.insecure_skip_tls_verify && !cfg.certificate_authority_pem.empty())
-        return tl::unexpected(cl_where.error(
-            "insecure-skip-tls-verify", "a certificate authority together with insecure-skip-tls-verify is not allowed"));
+        return tl::unexpected(
+            cl_where.error("insecure-skip-tls-verify",
+                           "a certificate authority together with insecure-skip-tls-verify is not allowed"));
     auto sni = get_string(cl.body, "tls-server-name", cl_where);
     if (!sni) return tl::unexpected(sni.error());
     cfg.tls_server_name = std::move(*sni);
@@ -590,8 +581,7 @@ KubeConfig KubeConfig::from_url(std::string server, std::string token, std::stri
 }
 
 Result<KubeConfig> parse_kubeconfig(std::string_view yaml, std::string_view source,
-                                    const std::filesystem::path& base_dir,
-                                    const KubeConfigLoadOptions& options) {
+                                    const std::filesystem::path& base_dir, const KubeConfigLoadOptions& options) {
     RawConfig raw;
     if (auto r = merge_document(raw, yaml, std::string(source), base_dir); !r) return tl::unexpected(r.error());
     return resolve(raw, options);
@@ -616,8 +606,7 @@ Result<KubeConfig> load_kubeconfig(const KubeConfigLoadOptions& options) {
         std::error_code ec;
         fs::path abs = fs::absolute(p, ec);
         if (ec) abs = p;
-        if (auto r = merge_document(raw, *content, p.string(), abs.parent_path()); !r)
-            return tl::unexpected(r.error());
+        if (auto r = merge_document(raw, *content, p.string(), abs.parent_path()); !r) return tl::unexpected(r.error());
         any = true;
     }
     if (!any) {
@@ -658,7 +647,8 @@ Result<KubeConfig> load_in_cluster_config(const std::filesystem::path& service_a
             return fail(errc::invalid_config,
                         "in-cluster config: cannot read " + ca_path.string() + ": " + ca.error().message);
         if (!proto::pem_has_certificates(*ca))
-            return fail(errc::invalid_config, "in-cluster config: " + ca_path.string() + " is not a valid PEM certificate");
+            return fail(errc::invalid_config,
+                        "in-cluster config: " + ca_path.string() + " is not a valid PEM certificate");
         cfg.certificate_authority_pem = std::move(*ca);
     }
 

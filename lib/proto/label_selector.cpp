@@ -37,9 +37,7 @@ struct Token {
 };
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-bool is_special(char c) {
-    return c == '=' || c == '!' || c == '(' || c == ')' || c == ',' || c == '>' || c == '<';
-}
+bool is_special(char c) { return c == '=' || c == '!' || c == '(' || c == ')' || c == ',' || c == '>' || c == '<'; }
 
 std::optional<Tok> literal_token(std::string_view s) {
     if (s == ")") return Tok::closed_par;
@@ -134,27 +132,26 @@ public:
         while (true) {
             auto& t = lookahead_values();
             switch (t.tok) {
-            case Tok::identifier:
-            case Tok::not_exists: {
-                auto r = parse_requirement();
-                if (!r) return fail(errc::bad_request, "unable to parse requirement: " + r.error());
-                reqs.push_back(std::move(*r));
-                auto next = consume_values();
-                if (next.tok == Tok::end) return reqs;
-                if (next.tok == Tok::comma) {
-                    auto& t2 = lookahead_values();
-                    if (t2.tok != Tok::identifier && t2.tok != Tok::not_exists)
-                        return fail(errc::bad_request,
-                                    "found '" + t2.lit + "', expected: identifier after ','");
-                    continue;
+                case Tok::identifier:
+                case Tok::not_exists: {
+                    auto r = parse_requirement();
+                    if (!r) return fail(errc::bad_request, "unable to parse requirement: " + r.error());
+                    reqs.push_back(std::move(*r));
+                    auto next = consume_values();
+                    if (next.tok == Tok::end) return reqs;
+                    if (next.tok == Tok::comma) {
+                        auto& t2 = lookahead_values();
+                        if (t2.tok != Tok::identifier && t2.tok != Tok::not_exists)
+                            return fail(errc::bad_request, "found '" + t2.lit + "', expected: identifier after ','");
+                        continue;
+                    }
+                    return fail(errc::bad_request, "found '" + next.lit + "', expected: ',' or 'end of string'");
                 }
-                return fail(errc::bad_request,
-                            "found '" + next.lit + "', expected: ',' or 'end of string'");
-            }
-            case Tok::end: return reqs;
-            default:
-                return fail(errc::bad_request,
-                            "found '" + t.lit + "', expected: !, identifier, or 'end of string'");
+                case Tok::end:
+                    return reqs;
+                default:
+                    return fail(errc::bad_request,
+                                "found '" + t.lit + "', expected: !, identifier, or 'end of string'");
             }
         }
     }
@@ -202,15 +199,27 @@ private:
 
         auto ot = consume_raw();
         switch (ot.tok) {
-        case Tok::in: op = Op::in; break;
-        case Tok::equals:
-        case Tok::double_equals: op = Op::equals; break;
-        case Tok::greater_than: op = Op::greater_than; break;
-        case Tok::less_than: op = Op::less_than; break;
-        case Tok::not_in: op = Op::not_in; break;
-        case Tok::not_equals: op = Op::not_equals; break;
-        default:
-            return tl::unexpected("found '" + ot.lit + "', expected: in, notin, =, ==, !=, gt, lt");
+            case Tok::in:
+                op = Op::in;
+                break;
+            case Tok::equals:
+            case Tok::double_equals:
+                op = Op::equals;
+                break;
+            case Tok::greater_than:
+                op = Op::greater_than;
+                break;
+            case Tok::less_than:
+                op = Op::less_than;
+                break;
+            case Tok::not_in:
+                op = Op::not_in;
+                break;
+            case Tok::not_equals:
+                op = Op::not_equals;
+                break;
+            default:
+                return tl::unexpected("found '" + ot.lit + "', expected: in, notin, =, ==, !=, gt, lt");
         }
         tl::expected<std::vector<std::string>, std::string> values;
         if (*op == Op::in || *op == Op::not_in) values = parse_values();
@@ -226,19 +235,19 @@ private:
         if (t.tok != Tok::open_par) return tl::unexpected("found '" + t.lit + "' expected: '('");
         auto la = lookahead_values();
         switch (la.tok) {
-        case Tok::identifier:
-        case Tok::comma: {
-            auto s = parse_identifiers_list();
-            if (!s) return s;
-            if (consume_values().tok != Tok::closed_par)
-                return tl::unexpected("found '" + la.lit + "', expected: ')'");
-            return s;
-        }
-        case Tok::closed_par:
-            consume_values();
-            return std::vector<std::string>{""};
-        default:
-            return tl::unexpected("found '" + la.lit + "', expected: ',', ')' or identifier");
+            case Tok::identifier:
+            case Tok::comma: {
+                auto s = parse_identifiers_list();
+                if (!s) return s;
+                if (consume_values().tok != Tok::closed_par)
+                    return tl::unexpected("found '" + la.lit + "', expected: ')'");
+                return s;
+            }
+            case Tok::closed_par:
+                consume_values();
+                return std::vector<std::string>{""};
+            default:
+                return tl::unexpected("found '" + la.lit + "', expected: ',', ')' or identifier");
         }
     }
 
@@ -283,36 +292,36 @@ private:
                                                                         std::vector<std::string> vals) {
         std::vector<std::string> errs;
         switch (op) {
-        case Op::in:
-        case Op::not_in:
-            if (vals.empty())
-                errs.push_back("values: Invalid value: " + go_string_slice(vals) +
-                               ": for 'in', 'notin' operators, values set can't be empty");
-            break;
-        case Op::equals:
-        case Op::not_equals:
-            if (vals.size() != 1)
-                errs.push_back("values: Invalid value: " + go_string_slice(vals) +
-                               ": exact-match compatibility requires one single value");
-            break;
-        case Op::exists:
-        case Op::not_exists:
-            break;
-        case Op::greater_than:
-        case Op::less_than:
-            if (vals.size() != 1)
-                errs.push_back("values: Invalid value: " + go_string_slice(vals) +
-                               ": for 'Gt', 'Lt' operators, exactly one value is required");
-            for (std::size_t i = 0; i < vals.size(); ++i)
-                if (!parse_int64(vals[i]))
-                    errs.push_back("values[" + std::to_string(i) + "]: Invalid value: " + go_quote(vals[i]) +
-                                   ": for 'Gt', 'Lt' operators, the value must be an integer");
-            break;
+            case Op::in:
+            case Op::not_in:
+                if (vals.empty())
+                    errs.push_back("values: Invalid value: " + go_string_slice(vals) +
+                                   ": for 'in', 'notin' operators, values set can't be empty");
+                break;
+            case Op::equals:
+            case Op::not_equals:
+                if (vals.size() != 1)
+                    errs.push_back("values: Invalid value: " + go_string_slice(vals) +
+                                   ": exact-match compatibility requires one single value");
+                break;
+            case Op::exists:
+            case Op::not_exists:
+                break;
+            case Op::greater_than:
+            case Op::less_than:
+                if (vals.size() != 1)
+                    errs.push_back("values: Invalid value: " + go_string_slice(vals) +
+                                   ": for 'Gt', 'Lt' operators, exactly one value is required");
+                for (std::size_t i = 0; i < vals.size(); ++i)
+                    if (!parse_int64(vals[i]))
+                        errs.push_back("values[" + std::to_string(i) + "]: Invalid value: " + go_quote(vals[i]) +
+                                       ": for 'Gt', 'Lt' operators, the value must be an integer");
+                break;
         }
         for (std::size_t i = 0; i < vals.size(); ++i)
             if (auto v = validate_label_value(vals[i]); !v.empty())
-                errs.push_back("values[" + std::to_string(i) + "][" + key + "]: Invalid value: " +
-                               go_quote(vals[i]) + ": " + join(v, "; "));
+                errs.push_back("values[" + std::to_string(i) + "][" + key + "]: Invalid value: " + go_quote(vals[i]) +
+                               ": " + join(v, "; "));
         if (!errs.empty()) return tl::unexpected(aggregate(errs));
         return LabelRequirement{std::move(key), op, std::move(vals)};
     }
@@ -324,24 +333,26 @@ private:
 
 bool requirement_matches(const LabelRequirement& r, const std::string* value) {
     using Op = LabelRequirement::Op;
-    auto has = [&](const std::string& v) {
-        return std::binary_search(r.values.begin(), r.values.end(), v);
-    };
+    auto has = [&](const std::string& v) { return std::binary_search(r.values.begin(), r.values.end(), v); };
     switch (r.op) {
-    case Op::equals:
-    case Op::in: return value && has(*value);
-    case Op::not_equals:
-    case Op::not_in: return !value || !has(*value);
-    case Op::exists: return value != nullptr;
-    case Op::not_exists: return value == nullptr;
-    case Op::greater_than:
-    case Op::less_than: {
-        if (!value || r.values.size() != 1) return false;
-        auto lhs = parse_int64(*value);
-        auto rhs = parse_int64(r.values.front());
-        if (!lhs || !rhs) return false;
-        return r.op == Op::greater_than ? *lhs > *rhs : *lhs < *rhs;
-    }
+        case Op::equals:
+        case Op::in:
+            return value && has(*value);
+        case Op::not_equals:
+        case Op::not_in:
+            return !value || !has(*value);
+        case Op::exists:
+            return value != nullptr;
+        case Op::not_exists:
+            return value == nullptr;
+        case Op::greater_than:
+        case Op::less_than: {
+            if (!value || r.values.size() != 1) return false;
+            auto lhs = parse_int64(*value);
+            auto rhs = parse_int64(r.values.front());
+            if (!lhs || !rhs) return false;
+            return r.op == Op::greater_than ? *lhs > *rhs : *lhs < *rhs;
+        }
     }
     return false;
 }
@@ -349,13 +360,20 @@ bool requirement_matches(const LabelRequirement& r, const std::string* value) {
 std::string_view op_text(LabelRequirement::Op op) {
     using Op = LabelRequirement::Op;
     switch (op) {
-    case Op::equals: return "=";
-    case Op::not_equals: return "!=";
-    case Op::in: return " in ";
-    case Op::not_in: return " notin ";
-    case Op::greater_than: return ">";
-    case Op::less_than: return "<";
-    default: return "";
+        case Op::equals:
+            return "=";
+        case Op::not_equals:
+            return "!=";
+        case Op::in:
+            return " in ";
+        case Op::not_in:
+            return " notin ";
+        case Op::greater_than:
+            return ">";
+        case Op::less_than:
+            return "<";
+        default:
+            return "";
     }
 }
 
@@ -365,8 +383,7 @@ Result<LabelSelector> LabelSelector::parse(std::string_view text) {
     Parser p(text);
     auto reqs = p.parse();
     if (!reqs) return fail(std::move(reqs.error()));
-    std::stable_sort(reqs->begin(), reqs->end(),
-                     [](const auto& a, const auto& b) { return a.key < b.key; });
+    std::stable_sort(reqs->begin(), reqs->end(), [](const auto& a, const auto& b) { return a.key < b.key; });
     LabelSelector s;
     s.requirements_ = std::move(*reqs);
     return s;
@@ -407,8 +424,7 @@ std::string LabelSelector::to_string() const {
         p += op_text(r.op);
         if (r.op == LabelRequirement::Op::in || r.op == LabelRequirement::Op::not_in)
             p += "(" + join(r.values, ",") + ")";
-        else if (!r.values.empty())
-            p += r.values.front();
+        else if (!r.values.empty()) p += r.values.front();
         parts.push_back(std::move(p));
     }
     return join(parts, ",");
@@ -441,8 +457,8 @@ Result<std::string> unescape_field_value(std::string_view s) {
     for (char c : s) {
         if (in_slash) {
             if (c != '\\' && c != ',' && c != '=')
-                return fail(errc::bad_request, "invalid field selector: invalid escape sequence: \\" +
-                                                   std::string(1, c));
+                return fail(errc::bad_request,
+                            "invalid field selector: invalid escape sequence: \\" + std::string(1, c));
             out += c;
             in_slash = false;
             continue;
@@ -469,13 +485,26 @@ Result<FieldSelector> FieldSelector::parse(std::string_view text) {
         bool equals = true;
         for (std::size_t i = 0; i < term.size(); ++i) {
             auto rest = term.substr(i);
-            if (rest.starts_with("!=")) { op_pos = i; op_len = 2; equals = false; break; }
-            if (rest.starts_with("==")) { op_pos = i; op_len = 2; break; }
-            if (rest.starts_with("=")) { op_pos = i; op_len = 1; break; }
+            if (rest.starts_with("!=")) {
+                op_pos = i;
+                op_len = 2;
+                equals = false;
+                break;
+            }
+            if (rest.starts_with("==")) {
+                op_pos = i;
+                op_len = 2;
+                break;
+            }
+            if (rest.starts_with("=")) {
+                op_pos = i;
+                op_len = 1;
+                break;
+            }
         }
         if (op_pos == std::string_view::npos)
-            return fail(errc::bad_request, "invalid selector: '" + std::string(text) +
-                                               "'; can't understand '" + std::string(term) + "'");
+            return fail(errc::bad_request,
+                        "invalid selector: '" + std::string(text) + "'; can't understand '" + std::string(term) + "'");
         auto value = unescape_field_value(term.substr(op_pos + op_len));
         if (!value) return fail(std::move(value.error()));
         sel.requirements_.push_back({std::string(term.substr(0, op_pos)), equals, std::move(*value)});

@@ -25,25 +25,26 @@ bool json_equal(const json::value& a, const json::value& b) {
     }
     if (a.kind() != b.kind()) return false;
     switch (a.kind()) {
-    case json::kind::object: {
-        const auto& oa = a.get_object();
-        const auto& ob = b.get_object();
-        if (oa.size() != ob.size()) return false;
-        for (auto& kv : oa) {
-            auto it = ob.find(kv.key());
-            if (it == ob.end() || !json_equal(kv.value(), it->value())) return false;
+        case json::kind::object: {
+            const auto& oa = a.get_object();
+            const auto& ob = b.get_object();
+            if (oa.size() != ob.size()) return false;
+            for (auto& kv : oa) {
+                auto it = ob.find(kv.key());
+                if (it == ob.end() || !json_equal(kv.value(), it->value())) return false;
+            }
+            return true;
         }
-        return true;
-    }
-    case json::kind::array: {
-        const auto& aa = a.get_array();
-        const auto& ab = b.get_array();
-        if (aa.size() != ab.size()) return false;
-        for (std::size_t i = 0; i < aa.size(); ++i)
-            if (!json_equal(aa[i], ab[i])) return false;
-        return true;
-    }
-    default: return a == b;
+        case json::kind::array: {
+            const auto& aa = a.get_array();
+            const auto& ab = b.get_array();
+            if (aa.size() != ab.size()) return false;
+            for (std::size_t i = 0; i < aa.size(); ++i)
+                if (!json_equal(aa[i], ab[i])) return false;
+            return true;
+        }
+        default:
+            return a == b;
     }
 }
 
@@ -120,8 +121,7 @@ Result<json::value*> resolve(json::value& doc, const std::vector<std::string>& t
     for (std::size_t i = 0; i < n; ++i) {
         if (cur->is_object()) {
             auto it = cur->get_object().find(tokens[i]);
-            if (it == cur->get_object().end())
-                return invalid("doc is missing path: \"" + std::string(path) + "\"");
+            if (it == cur->get_object().end()) return invalid("doc is missing path: \"" + std::string(path) + "\"");
             cur = &it->value();
         } else if (cur->is_array()) {
             auto idx = parse_index(tokens[i]);
@@ -163,8 +163,7 @@ Result<void> op_add(json::value& doc, const std::vector<std::string>& tokens, js
     return invalid("doc is missing path: \"" + std::string(path) + "\"");
 }
 
-Result<json::value> op_remove(json::value& doc, const std::vector<std::string>& tokens,
-                              std::string_view path) {
+Result<json::value> op_remove(json::value& doc, const std::vector<std::string>& tokens, std::string_view path) {
     if (tokens.empty()) return invalid("unable to remove the whole document");
     auto parent = resolve(doc, tokens, tokens.size() - 1, path);
     if (!parent) return fail(std::move(parent.error()));
@@ -172,8 +171,7 @@ Result<json::value> op_remove(json::value& doc, const std::vector<std::string>& 
     if ((*parent)->is_object()) {
         auto& obj = (*parent)->get_object();
         auto it = obj.find(last);
-        if (it == obj.end())
-            return invalid("unable to remove nonexistent key: " + last + ": missing value");
+        if (it == obj.end()) return invalid("unable to remove nonexistent key: " + last + ": missing value");
         json::value out = std::move(it->value());
         obj.erase(it);
         return out;
@@ -193,8 +191,8 @@ Result<json::value> op_remove(json::value& doc, const std::vector<std::string>& 
 Result<std::string_view> string_member(const json::object& op, std::string_view key, std::size_t index) {
     auto it = op.find(key);
     if (it == op.end() || !it->value().is_string())
-        return fail(errc::bad_request, "json patch operation " + std::to_string(index) + " is missing \"" +
-                                           std::string(key) + "\"");
+        return fail(errc::bad_request,
+                    "json patch operation " + std::to_string(index) + " is missing \"" + std::string(key) + "\"");
     return std::string_view(it->value().get_string());
 }
 
@@ -215,8 +213,8 @@ Result<json::value> apply_json_patch(const json::value& target, const json::valu
         if (auto t = parse_pointer(*path); !t) return fail(std::move(t.error()));
         if (*name == "add" || *name == "replace" || *name == "test") {
             if (!op.contains("value"))
-                return fail(errc::bad_request, "json patch operation " + std::to_string(i) +
-                                                   " (" + std::string(*name) + ") is missing \"value\"");
+                return fail(errc::bad_request, "json patch operation " + std::to_string(i) + " (" + std::string(*name) +
+                                                   ") is missing \"value\"");
         } else if (*name == "move" || *name == "copy") {
             auto from = string_member(op, "from", i);
             if (!from) return fail(std::move(from.error()));
@@ -238,8 +236,7 @@ Result<json::value> apply_json_patch(const json::value& target, const json::valu
             if (auto r = op_remove(doc, tokens, path); !r) return fail(std::move(r.error()));
         } else if (name == "replace") {
             auto existing = resolve(doc, tokens, tokens.size(), path);
-            if (!existing)
-                return invalid("replace operation does not apply: doc is missing key: " + std::string(path));
+            if (!existing) return invalid("replace operation does not apply: doc is missing key: " + std::string(path));
             **existing = op.at("value");
         } else if (name == "test") {
             auto existing = resolve(doc, tokens, tokens.size(), path);
@@ -288,8 +285,8 @@ bool any_has(const json::array& a, std::string_view key) {
 
 // Known list fields of built-in kinds (by field name; the containing type is implied).
 ListStrategy strategy_for(std::string_view field, const json::array* orig, const json::array& patch) {
-    if (field == "containers" || field == "initContainers" || field == "ephemeralContainers" ||
-        field == "volumes" || field == "env")
+    if (field == "containers" || field == "initContainers" || field == "ephemeralContainers" || field == "volumes" ||
+        field == "env")
         return {ListKind::keyed, "name"};
     if (field == "volumeMounts") return {ListKind::keyed, "mountPath"};
     if (field == "volumeDevices") return {ListKind::keyed, "devicePath"};
@@ -353,8 +350,8 @@ Result<json::array> merge_list(std::string_view field, const json::array& orig, 
         const auto& eo = e.get_object();
         auto key_it = eo.find(st.key);
         if (key_it == eo.end())
-            return fail(errc::bad_request, "map: " + json::serialize(e) +
-                                               " does not contain declared merge key: " + std::string(st.key));
+            return fail(errc::bad_request,
+                        "map: " + json::serialize(e) + " does not contain declared merge key: " + std::string(st.key));
         auto directive = eo.find("$patch");
         bool del = false;
         if (directive != eo.end()) {

@@ -5,8 +5,8 @@
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <cctype>
+#include <charconv>
 
 namespace kubesandbox {
 
@@ -109,9 +109,12 @@ std::string delete_body(const DeleteOptions& o) {
 
 std::string_view patch_content_type(PatchType type) {
     switch (type) {
-    case PatchType::merge: return "application/merge-patch+json";
-    case PatchType::json: return "application/json-patch+json";
-    case PatchType::strategic: return "application/strategic-merge-patch+json";
+        case PatchType::merge:
+            return "application/merge-patch+json";
+        case PatchType::json:
+            return "application/json-patch+json";
+        case PatchType::strategic:
+            return "application/strategic-merge-patch+json";
     }
     return "application/merge-patch+json";
 }
@@ -193,8 +196,8 @@ Result<ServerUrl> parse_server_url(std::string_view server) {
         u.tls = false;
         rest = server.substr(7);
     } else {
-        return fail(errc::invalid_config, "server URL must start with https:// or http://: \"" +
-                                              redact_userinfo(server) + "\"");
+        return fail(errc::invalid_config,
+                    "server URL must start with https:// or http://: \"" + redact_userinfo(server) + "\"");
     }
     auto slash = rest.find('/');
     std::string_view authority = rest.substr(0, slash);
@@ -295,7 +298,8 @@ bool no_proxy_matches(std::string_view no_proxy, std::string_view host_in, std::
     std::size_t pos = 0;
     while (pos <= no_proxy.size()) {
         auto comma = no_proxy.find(',', pos);
-        std::string entry = lower(no_proxy.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos));
+        std::string entry =
+            lower(no_proxy.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos));
         pos = comma == std::string_view::npos ? no_proxy.size() + 1 : comma + 1;
         entry.erase(0, entry.find_first_not_of(" \t"));
         entry.erase(entry.find_last_not_of(" \t") + 1);

@@ -68,13 +68,12 @@ std::optional<std::chrono::seconds> parse_retry_after(std::string_view header) n
     while (!header.empty() && header.back() == ' ') header.remove_suffix(1);
     long long seconds = 0;
     auto [end, ec] = std::from_chars(header.data(), header.data() + header.size(), seconds);
-    if (ec != std::errc{} || end != header.data() + header.size() || seconds < 0 || header.empty())
-        return std::nullopt;
+    if (ec != std::errc{} || end != header.data() + header.size() || seconds < 0 || header.empty()) return std::nullopt;
     return std::chrono::seconds(std::min<long long>(seconds, 24 * 3600));
 }
 
-Error error_from_response(unsigned http_status, std::string_view content_type,
-                          std::string_view body, std::string_view retry_after_header) {
+Error error_from_response(unsigned http_status, std::string_view content_type, std::string_view body,
+                          std::string_view retry_after_header) {
     Error e;
     e.http_status = http_status;
     e.retry_after = parse_retry_after(retry_after_header);
@@ -93,13 +92,12 @@ Error error_from_response(unsigned http_status, std::string_view content_type,
                     for (const auto& c : causes->get_array()) {
                         if (!c.is_object()) continue;
                         const auto& co = c.get_object();
-                        e.causes.push_back({std::string(string_at(co, "reason")),
-                                            std::string(string_at(co, "message")),
+                        e.causes.push_back({std::string(string_at(co, "reason")), std::string(string_at(co, "message")),
                                             std::string(string_at(co, "field"))});
                     }
                 }
-                if (auto* ra = det.if_contains("retryAfterSeconds"); ra && ra->is_int64() &&
-                                                                      !e.retry_after && ra->get_int64() >= 0)
+                if (auto* ra = det.if_contains("retryAfterSeconds");
+                    ra && ra->is_int64() && !e.retry_after && ra->get_int64() >= 0)
                     e.retry_after = std::chrono::seconds(ra->get_int64());
             }
             decoded = true;

@@ -22,8 +22,8 @@ std::string_view reason_for_http_status(unsigned http_status) noexcept;
 // Turns a non-2xx response into an Error. A JSON Status body supplies message, reason, causes
 // and retryAfterSeconds; any other body (a 429 from priority-and-fairness is plain text) becomes
 // the message, truncated. `retry_after_header` is the raw Retry-After header, if any.
-Error error_from_response(unsigned http_status, std::string_view content_type,
-                          std::string_view body, std::string_view retry_after_header = {});
+Error error_from_response(unsigned http_status, std::string_view content_type, std::string_view body,
+                          std::string_view retry_after_header = {});
 
 // The typed error of a watch ERROR event's Status object. Code 410 (reason Expired or Gone: the
 // resourceVersion is too old) is always errc::expired, so callers re-list on one code.
@@ -41,8 +41,7 @@ struct StatusDetails {
 };
 
 // {"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",...}
-boost::json::object make_status(unsigned http_status, std::string_view reason,
-                                std::string_view message,
+boost::json::object make_status(unsigned http_status, std::string_view reason, std::string_view message,
                                 const std::optional<StatusDetails>& details = std::nullopt);
 // {"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success",...}
 boost::json::object make_success_status(const std::optional<StatusDetails>& details = std::nullopt);

@@ -29,8 +29,7 @@ constexpr std::string_view dns1123_label_fmt = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
 constexpr std::string_view dns1123_label_err =
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
     "must start and end with an alphanumeric character";
-constexpr std::string_view dns1123_subdomain_fmt =
-    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+constexpr std::string_view dns1123_subdomain_fmt = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 constexpr std::string_view dns1123_subdomain_err =
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
     "'.', and must start and end with an alphanumeric character";
@@ -40,8 +39,7 @@ constexpr std::string_view dns1035_label_err =
     "alphabetic character, and end with an alphanumeric character";
 
 // apimachinery's RegexError layout, including its "',  or '" between examples.
-std::string regex_error(std::string_view msg, std::string_view fmt,
-                        std::initializer_list<std::string_view> examples) {
+std::string regex_error(std::string_view msg, std::string_view fmt, std::initializer_list<std::string_view> examples) {
     std::string out(msg);
     out += " (e.g. ";
     bool first = true;
@@ -58,20 +56,15 @@ std::string regex_error(std::string_view msg, std::string_view fmt,
     return out;
 }
 
-std::string max_len_error(std::size_t n) {
-    return "must be no more than " + std::to_string(n) + " characters";
-}
+std::string max_len_error(std::size_t n) { return "must be no more than " + std::to_string(n) + " characters"; }
 
-bool is_alnum(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-}
+bool is_alnum(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
 bool is_lower_alnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
 
 // ([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]
 bool matches_qualified_name(std::string_view s) {
     if (s.empty() || !is_alnum(s.front()) || !is_alnum(s.back())) return false;
-    return std::all_of(s.begin(), s.end(),
-                       [](char c) { return is_alnum(c) || c == '-' || c == '_' || c == '.'; });
+    return std::all_of(s.begin(), s.end(), [](char c) { return is_alnum(c) || c == '-' || c == '_' || c == '.'; });
 }
 
 // [a-z0-9]([-a-z0-9]*[a-z0-9])?
@@ -133,16 +126,35 @@ std::string go_quote(std::string_view s) {
     for (std::size_t i = 0; i < s.size(); ++i) {
         auto c = static_cast<unsigned char>(s[i]);
         switch (c) {
-        case '"': out += "\\\""; continue;
-        case '\\': out += "\\\\"; continue;
-        case '\a': out += "\\a"; continue;
-        case '\b': out += "\\b"; continue;
-        case '\f': out += "\\f"; continue;
-        case '\n': out += "\\n"; continue;
-        case '\r': out += "\\r"; continue;
-        case '\t': out += "\\t"; continue;
-        case '\v': out += "\\v"; continue;
-        default: break;
+            case '"':
+                out += "\\\"";
+                continue;
+            case '\\':
+                out += "\\\\";
+                continue;
+            case '\a':
+                out += "\\a";
+                continue;
+            case '\b':
+                out += "\\b";
+                continue;
+            case '\f':
+                out += "\\f";
+                continue;
+            case '\n':
+                out += "\\n";
+                continue;
+            case '\r':
+                out += "\\r";
+                continue;
+            case '\t':
+                out += "\\t";
+                continue;
+            case '\v':
+                out += "\\v";
+                continue;
+            default:
+                break;
         }
         if (c >= 0x20 && c < 0x7f) {
             out += static_cast<char>(c);
@@ -153,8 +165,7 @@ std::string go_quote(std::string_view s) {
             std::size_t n = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
             if (c >= 0xf5) n = 0;
             bool ok = n > 0 && i + n <= s.size();
-            for (std::size_t k = 1; ok && k < n; ++k)
-                ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+            for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
             if (ok) {
                 out.append(s.substr(i, n));
                 i += n - 1;
@@ -201,8 +212,7 @@ std::vector<std::string> validate_qualified_name(std::string_view v) {
         name = v;
     } else if (v.find('/', slash + 1) != std::string_view::npos) {
         errs.push_back("a qualified name " +
-                       regex_error(qualified_name_err, qualified_name_fmt,
-                                   {"MyName", "my.name", "123-abc"}) +
+                       regex_error(qualified_name_err, qualified_name_fmt, {"MyName", "my.name", "123-abc"}) +
                        " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')");
         return errs;
     } else {
@@ -214,13 +224,11 @@ std::vector<std::string> validate_qualified_name(std::string_view v) {
             for (auto& m : validate_dns1123_subdomain(prefix)) errs.push_back("prefix part " + m);
         }
     }
-    if (name.empty())
-        errs.push_back("name part must be non-empty");
-    else if (name.size() > qualified_name_max)
-        errs.push_back("name part " + max_len_error(qualified_name_max));
+    if (name.empty()) errs.push_back("name part must be non-empty");
+    else if (name.size() > qualified_name_max) errs.push_back("name part " + max_len_error(qualified_name_max));
     if (!matches_qualified_name(name))
-        errs.push_back("name part " + regex_error(qualified_name_err, qualified_name_fmt,
-                                                  {"MyName", "my.name", "123-abc"}));
+        errs.push_back("name part " +
+                       regex_error(qualified_name_err, qualified_name_fmt, {"MyName", "my.name", "123-abc"}));
     return errs;
 }
 
@@ -261,9 +269,12 @@ std::string sanitize_label_value(std::string_view v) {
 std::vector<std::string> validate_name(std::string_view name, NameRule rule, bool prefix) {
     std::string n = prefix ? mask_trailing_dash(name) : std::string(name);
     switch (rule) {
-    case NameRule::dns1123_subdomain: return validate_dns1123_subdomain(n);
-    case NameRule::dns1123_label: return validate_dns1123_label(n);
-    case NameRule::dns1035_label: return validate_dns1035_label(n);
+        case NameRule::dns1123_subdomain:
+            return validate_dns1123_subdomain(n);
+        case NameRule::dns1123_label:
+            return validate_dns1123_label(n);
+        case NameRule::dns1035_label:
+            return validate_dns1035_label(n);
     }
     return {};
 }
@@ -272,11 +283,9 @@ namespace {
 
 std::vector<std::string> path_segment_errors(std::string_view name, bool prefix) {
     std::vector<std::string> errs;
-    if (!prefix && (name == "." || name == ".."))
-        errs.push_back("may not be '" + std::string(name) + "'");
+    if (!prefix && (name == "." || name == "..")) errs.push_back("may not be '" + std::string(name) + "'");
     for (std::string_view bad : {"/", "%"})
-        if (name.find(bad) != std::string_view::npos)
-            errs.push_back("may not contain '" + std::string(bad) + "'");
+        if (name.find(bad) != std::string_view::npos) errs.push_back("may not contain '" + std::string(bad) + "'");
     return errs;
 }
 
@@ -302,14 +311,11 @@ std::vector<StatusCause> validate_object_meta(const boost::json::object& metadat
     }
     if (name.empty()) {
         if (require_name_or_generate && generate.empty())
-            causes.push_back(StatusCause{"FieldValueRequired",
-                                         "Required value: name or generateName is required",
-                                         "metadata.name"});
+            causes.push_back(
+                StatusCause{"FieldValueRequired", "Required value: name or generateName is required", "metadata.name"});
     } else {
-        for (auto& m : validate_name(name, rule, false))
-            causes.push_back(invalid_cause("metadata.name", name, m));
-        for (auto& m : path_segment_errors(name, false))
-            causes.push_back(invalid_cause("metadata.name", name, m));
+        for (auto& m : validate_name(name, rule, false)) causes.push_back(invalid_cause("metadata.name", name, m));
+        for (auto& m : path_segment_errors(name, false)) causes.push_back(invalid_cause("metadata.name", name, m));
     }
 
     if (auto it = metadata.find("labels"); it != metadata.end() && !it->value().is_null()) {
@@ -318,8 +324,7 @@ std::vector<StatusCause> validate_object_meta(const boost::json::object& metadat
         } else {
             for (auto& kv : it->value().get_object()) {
                 std::string_view key = kv.key();
-                for (auto& m : validate_qualified_name(key))
-                    causes.push_back(invalid_cause("metadata.labels", key, m));
+                for (auto& m : validate_qualified_name(key)) causes.push_back(invalid_cause("metadata.labels", key, m));
                 if (!kv.value().is_string()) {
                     causes.push_back(invalid_cause("metadata.labels", key, "value must be a string"));
                     continue;
@@ -339,22 +344,19 @@ std::vector<StatusCause> validate_object_meta(const boost::json::object& metadat
             for (auto& kv : it->value().get_object()) {
                 std::string_view key = kv.key();
                 std::string lower(key);
-                std::transform(lower.begin(), lower.end(), lower.begin(), [](char c) {
-                    return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
-                });
+                std::transform(lower.begin(), lower.end(), lower.begin(),
+                               [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; });
                 for (auto& m : validate_qualified_name(lower))
                     causes.push_back(invalid_cause("metadata.annotations", key, m));
                 total += key.size();
-                if (kv.value().is_string())
-                    total += kv.value().get_string().size();
-                else
-                    causes.push_back(invalid_cause("metadata.annotations", key, "value must be a string"));
+                if (kv.value().is_string()) total += kv.value().get_string().size();
+                else causes.push_back(invalid_cause("metadata.annotations", key, "value must be a string"));
             }
             if (total > annotations_max_bytes)
-                causes.push_back(StatusCause{
-                    "FieldValueTooLong",
-                    "Too long: may not be more than " + std::to_string(annotations_max_bytes) + " bytes",
-                    "metadata.annotations"});
+                causes.push_back(
+                    StatusCause{"FieldValueTooLong",
+                                "Too long: may not be more than " + std::to_string(annotations_max_bytes) + " bytes",
+                                "metadata.annotations"});
         }
     }
     return causes;

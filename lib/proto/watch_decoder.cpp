@@ -33,8 +33,8 @@ struct WatchDecoder::Impl {
     std::size_t max_event_bytes;
     json::stream_parser parser;
     std::string buffer;
-    std::size_t pos = 0;         // first unconsumed byte of buffer
-    std::size_t in_value = 0;    // bytes already handed to the parser for the current event
+    std::size_t pos = 0;       // first unconsumed byte of buffer
+    std::size_t in_value = 0;  // bytes already handed to the parser for the current event
     std::optional<Error> failed;
 };
 
@@ -85,11 +85,10 @@ Result<std::optional<WatchEvent>> WatchDecoder::next() {
         s.in_value += used;
         if (ec) return stop(make_error(errc::invalid_response, "malformed watch event JSON: " + ec.message()));
         if (!s.parser.done()) {
-            if (used == 0)
-                return stop(make_error(errc::invalid_response, "watch decoder made no progress"));
+            if (used == 0) return stop(make_error(errc::invalid_response, "watch decoder made no progress"));
             if (s.in_value > s.max_event_bytes)
-                return stop(make_error(errc::invalid_response, "watch event larger than " +
-                                                                   std::to_string(s.max_event_bytes) + " bytes"));
+                return stop(make_error(errc::invalid_response,
+                                       "watch event larger than " + std::to_string(s.max_event_bytes) + " bytes"));
             continue;  // consumed everything available; the loop ends at the empty-buffer check
         }
         json::value value = s.parser.release();
@@ -105,8 +104,6 @@ Result<std::optional<WatchEvent>> WatchDecoder::next() {
     }
 }
 
-std::size_t WatchDecoder::buffered() const {
-    return impl_->buffer.size() - impl_->pos + impl_->in_value;
-}
+std::size_t WatchDecoder::buffered() const { return impl_->buffer.size() - impl_->pos + impl_->in_value; }
 
 }  // namespace kubesandbox::proto

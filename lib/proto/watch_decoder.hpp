@@ -3,7 +3,6 @@
 #pragma once
 
 #include <kubesandbox/error.hpp>
-#include <kubesandbox/error.hpp>
 #include <kubesandbox/kube_types.hpp>
 
 #include <cstddef>

@@ -150,11 +150,16 @@ std::optional<std::string> transfer_error(const kube::ExecOutcome& outcome) {
     if (outcome.timed_out) return std::string("transfer timed out");
     if (!outcome.exit_code) return std::string("transfer failed: no exit status from the sandbox");
     switch (*outcome.exit_code) {
-    case 0: return std::nullopt;
-    case 20: return std::string(file_error::permission_denied);
-    case 21: return std::string(file_error::is_directory);
-    case 22: return std::string(file_error::file_not_found);
-    default: break;
+        case 0:
+            return std::nullopt;
+        case 20:
+            return std::string(file_error::permission_denied);
+        case 21:
+            return std::string(file_error::is_directory);
+        case 22:
+            return std::string(file_error::file_not_found);
+        default:
+            break;
     }
     std::string why = outcome.stderr_data.substr(0, 200);
     while (!why.empty() && (why.back() == '\n' || why.back() == '\r')) why.pop_back();
@@ -167,11 +172,10 @@ bool is_absolute_clean_path(std::string_view p) {
     return !p.empty() && p.front() == '/' && p.find('\0') == std::string_view::npos;
 }
 
-
 }  // namespace
 
 PodExecSandbox::PodExecSandbox(KubeClient client, std::string namespace_name, std::string pod_name,
-                                     PodExecSandboxOptions options)
+                               PodExecSandboxOptions options)
     : client_(std::move(client)),
       namespace_(std::move(namespace_name)),
       pod_(std::move(pod_name)),
@@ -182,14 +186,16 @@ PodExecSandbox::~PodExecSandbox() = default;
 
 // Steps shared by execute, run and the transfers.
 struct PodExecSandbox::Internals {
-    static std::vector<std::string> launch_argv(const PodExecSandbox& self, const std::string& marker, std::vector<std::string> argv) {
+    static std::vector<std::string> launch_argv(const PodExecSandbox& self, const std::string& marker,
+                                                std::vector<std::string> argv) {
         std::vector<std::string> out{self.options_.shell, "-c", launch_script, "sh", marker, self.options_.workdir};
         out.insert(out.end(), std::make_move_iterator(argv.begin()), std::make_move_iterator(argv.end()));
         return out;
     }
 
     static asio::awaitable<void> kill_marked(PodExecSandbox& self, std::string marker) {
-        kube::ExecTarget killer = make_target(self, {self.options_.shell, "-c", kill_script, "sh", std::move(marker)}, false);
+        kube::ExecTarget killer =
+            make_target(self, {self.options_.shell, "-c", kill_script, "sh", std::move(marker)}, false);
         kube::ExecRunOptions kill_run;
         kill_run.max_stdout = 4096;
         kill_run.max_stderr = 4096;
@@ -206,14 +212,15 @@ struct PodExecSandbox::Internals {
         auto current = co_await self.client_.get(pod);
         if (!current && current.error().is(errc::not_found))
             co_return make_error(errc::not_found, "sandbox " + self.id_ + " was deleted while the command ran");
-        if (current && current->contains("metadata") && current->at("metadata").as_object().contains("deletionTimestamp"))
+        if (current && current->contains("metadata") &&
+            current->at("metadata").as_object().contains("deletionTimestamp"))
             co_return make_error(errc::not_found, "sandbox " + self.id_ + " is being deleted");
         co_return std::nullopt;
     }
 
     static asio::awaitable<Result<kube::ExecOutcome>> run_marked(PodExecSandbox& self, std::vector<std::string> argv,
-                                                                  std::string stdin_data, bool with_stdin,
-                                                                  std::chrono::seconds limit) {
+                                                                 std::string stdin_data, bool with_stdin,
+                                                                 std::chrono::seconds limit) {
         const std::string marker = random_marker();
         kube::ExecTarget target = make_target(self, launch_argv(self, marker, std::move(argv)), with_stdin);
         kube::ExecRunOptions run;
@@ -240,7 +247,8 @@ struct PodExecSandbox::Internals {
     }
 
     static asio::awaitable<Result<kube::ExecOutcome>> transfer(PodExecSandbox& self, std::vector<std::string> argv,
-                                                                std::string stdin_data, bool with_stdin, std::size_t max_stdout) {
+                                                               std::string stdin_data, bool with_stdin,
+                                                               std::size_t max_stdout) {
         // A transfer is idempotent (the same bytes to the same path, or a read): one retry when the
         // connection broke and the sandbox still exists. The payload is shared, never copied.
         auto input = std::make_shared<const std::string>(std::move(stdin_data));
@@ -251,7 +259,8 @@ struct PodExecSandbox::Internals {
             run.max_stdout = max_stdout;
             run.max_stderr = 64 * 1024;
             if (self.options_.default_timeout.count() > 0) run.timeout = self.options_.default_timeout;
-            auto outcome = co_await kube::run_exec(KubeClientAccess::impl(self.client_), std::move(target), std::move(run));
+            auto outcome =
+                co_await kube::run_exec(KubeClientAccess::impl(self.client_), std::move(target), std::move(run));
             if (outcome) co_return outcome;
             if (auto gone = co_await gone_error(self)) co_return fail(std::move(*gone));
             if (attempt >= 1 || !outcome.error().is(errc::connection_closed)) co_return fail(outcome.error());
@@ -260,7 +269,7 @@ struct PodExecSandbox::Internals {
 };
 
 asio::awaitable<Result<ExecuteResponse>> PodExecSandbox::execute(std::string command,
-                                                                    std::optional<std::chrono::seconds> timeout) {
+                                                                 std::optional<std::chrono::seconds> timeout) {
     const std::chrono::seconds limit = timeout.value_or(options_.default_timeout);
     std::vector<std::string> argv{options_.shell, "-c", std::move(command)};
     auto outcome = co_await Internals::run_marked(*this, std::move(argv), std::string(), false, limit);
@@ -271,7 +280,7 @@ asio::awaitable<Result<ExecuteResponse>> PodExecSandbox::execute(std::string com
 }
 
 asio::awaitable<Result<RunResponse>> PodExecSandbox::run(std::vector<std::string> argv, std::string stdin_data,
-                                                            std::optional<std::chrono::seconds> timeout) {
+                                                         std::optional<std::chrono::seconds> timeout) {
     const std::chrono::seconds limit = timeout.value_or(options_.default_timeout);
     auto outcome = co_await Internals::run_marked(*this, std::move(argv), std::move(stdin_data), true, limit);
     if (!outcome) co_return fail(outcome.error());
@@ -339,7 +348,8 @@ asio::awaitable<Result<std::vector<FileUploadResponse>>> PodExecSandbox::upload_
     co_return out;
 }
 
-asio::awaitable<Result<std::vector<FileDownloadResponse>>> PodExecSandbox::download_files(std::vector<std::string> paths) {
+asio::awaitable<Result<std::vector<FileDownloadResponse>>> PodExecSandbox::download_files(
+    std::vector<std::string> paths) {
     std::vector<FileDownloadResponse> out(paths.size());
     std::optional<Error> fatal;
     auto one = [&](std::size_t i) -> asio::awaitable<void> {

@@ -36,8 +36,7 @@ boost::asio::awaitable<void> race_deliver(std::shared_ptr<RaceSlot<T>> slot, boo
     try {
         T v = co_await std::move(op);
         slot->value.emplace(std::move(v));
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     slot->signal.cancel();
     slot->keep.reset();
 }

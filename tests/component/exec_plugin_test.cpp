@@ -111,9 +111,7 @@ ks::Result<Credential> get_once(asio::io_context& io, ExecCredentialProvider& pr
     io.restart();
     std::optional<ks::Result<Credential>> out;
     ks::test::run_coroutine_test(
-        io,
-        [&]() -> asio::awaitable<void> { out = co_await provider.get(force); },
-        limit);
+        io, [&]() -> asio::awaitable<void> { out = co_await provider.get(force); }, limit);
     if (!out) return ks::fail(errc::timeout, "test: get() did not finish");
     return *out;
 }
@@ -188,12 +186,12 @@ TEST(ExecPlugin, V1TokenWithArgsEnvAndClusterInfo) {
 TEST(ExecPlugin, V1beta1CertificateFromKubeconfig) {
     TempDir dir;
     auto [cert, key] = make_cert_and_key();
-    json::object status{{"clientCertificateData", cert}, {"clientKeyData", key},
+    json::object status{{"clientCertificateData", cert},
+                        {"clientKeyData", key},
                         {"expirationTimestamp", rfc3339(std::chrono::system_clock::now() + 1h)}};
-    dir.write("out.json", json::serialize(json::object{{"apiVersion", v1beta1}, {"kind", "ExecCredential"},
-                                                       {"status", status}}));
-    write_plugin(dir, "plugin.sh",
-                 "printf '%s' \"$KUBERNETES_EXEC_INFO\" > \"$D/info\"\ncat \"$D/out.json\"");
+    dir.write("out.json",
+              json::serialize(json::object{{"apiVersion", v1beta1}, {"kind", "ExecCredential"}, {"status", status}}));
+    write_plugin(dir, "plugin.sh", "printf '%s' \"$KUBERNETES_EXEC_INFO\" > \"$D/info\"\ncat \"$D/out.json\"");
     // The relative command resolves against the kubeconfig's directory.
     auto cfg = ks::parse_kubeconfig(
         "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
@@ -287,8 +285,8 @@ TEST(ExecPlugin, ConcurrentCallersShareOneRunWithoutBlockingTheLoop) {
 TEST(ExecPlugin, NonZeroExitReportsCodeAndStderrButNotStdout) {
     TempDir dir;
     dir.write("out.json", credential_json(v1, secret));
-    auto plugin = write_plugin(dir, "plugin.sh",
-                               "cat \"$D/out.json\"\necho 'login required: run gcloud auth login' >&2\nexit 3");
+    auto plugin =
+        write_plugin(dir, "plugin.sh", "cat \"$D/out.json\"\necho 'login required: run gcloud auth login' >&2\nexit 3");
     asio::io_context io;
     auto cfg = plugin_config(plugin);
     ExecCredentialProvider provider(io.get_executor(), cfg, std::nullopt);

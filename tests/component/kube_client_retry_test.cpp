@@ -19,11 +19,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <array>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 namespace ks = kubesandbox;
 namespace asio = boost::asio;
@@ -98,7 +98,8 @@ TEST_F(RetryTest, IdempotentCreateAfterServerErrorThenAlreadyExistsSucceeds) {
     int posts = 0;
     FakeServer server(io, [&](const FakeRequest& r) {
         if (r.method == "POST") {
-            if (++posts == 1) return FakeReply{http_response(500, status_json(500, "InternalError", "created, then etcd timed out"))};
+            if (++posts == 1)
+                return FakeReply{http_response(500, status_json(500, "InternalError", "created, then etcd timed out"))};
             return FakeReply{http_response(409, status_json(409, "AlreadyExists", "exists"))};
         }
         return FakeReply{http_response(200, R"({"kind":"Pod","metadata":{"name":"p","uid":"u-2"}})")};
@@ -122,7 +123,8 @@ TEST_F(RetryTest, IdempotentCreateRetryFindingSomeoneElsesObjectIsAlreadyExists)
             return FakeReply{http_response(409, status_json(409, "AlreadyExists", "exists"))};
         }
         // Same name, but not carrying the creation token we sent.
-        return FakeReply{http_response(200, R"({"kind":"Pod","metadata":{"name":"p","annotations":{"token":"theirs"}}})")};
+        return FakeReply{
+            http_response(200, R"({"kind":"Pod","metadata":{"name":"p","annotations":{"token":"theirs"}}})")};
     });
     ks::KubeClient client(io.get_executor(), ks::KubeConfig::from_url(server.url()), fast_options());
     json::object pod = named_pod("p");
@@ -205,8 +207,8 @@ TEST_F(RetryTest, RetryAfterOneSecondDelaysTheRetry) {
     int calls = 0;
     FakeServer server(io, [&](const FakeRequest&) {
         if (++calls == 1)
-            return FakeReply{http_response(429, "Too many requests, please try again later.", "text/plain",
-                                           {{"Retry-After", "1"}})};
+            return FakeReply{
+                http_response(429, "Too many requests, please try again later.", "text/plain", {{"Retry-After", "1"}})};
         return FakeReply{http_response(200, "{}")};
     });
     ks::KubeClient client(io.get_executor(), ks::KubeConfig::from_url(server.url()), fast_options());
@@ -279,13 +281,15 @@ TEST_F(RetryTest, OneDeadlineCoversWaitingForAPoolSlotAndTheRequest) {
     std::optional<ks::Result<json::object>> first, second;
     long long second_ms = 0;
     const auto start = steady_clock::now();
-    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-        first = co_await client.get(pods.with_name("a"));
-    }, asio::detached);
-    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-        second = co_await client.get(pods.with_name("b"));
-        second_ms = ms_since(start);
-    }, asio::detached);
+    asio::co_spawn(
+        io, [&]() -> asio::awaitable<void> { first = co_await client.get(pods.with_name("a")); }, asio::detached);
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            second = co_await client.get(pods.with_name("b"));
+            second_ms = ms_since(start);
+        },
+        asio::detached);
     for (int i = 0; i < 100 && !(first && second); ++i) io.run_for(50ms);
     ASSERT_TRUE(first.has_value() && second.has_value());
     EXPECT_TRUE(first->has_value());
@@ -311,25 +315,30 @@ TEST_F(RetryTest, ConnectTimeoutIsRetriedForIdempotentRequests) {
     opts.connect_timeout = 300ms;
     opts.request_timeout = 5s;
     opts.max_retries = 3;
-    ks::KubeClient client(io.get_executor(), ks::KubeConfig::from_url("http://127.0.0.1:" + std::to_string(port)), opts);
+    ks::KubeClient client(io.get_executor(), ks::KubeConfig::from_url("http://127.0.0.1:" + std::to_string(port)),
+                          opts);
     int served = 0;
-    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-        asio::steady_timer t(io, 150ms);
-        co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
-        auto [e0, drained] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
-        EXPECT_FALSE(e0);
-        for (;;) {
-            auto [ec, sock] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
-            if (ec) co_return;
-            boost::beast::flat_buffer buf;
-            boost::beast::http::request<boost::beast::http::string_body> req;
-            auto [rec, rn] = co_await boost::beast::http::async_read(sock, buf, req, asio::as_tuple(asio::use_awaitable));
-            if (rec) continue;
-            ++served;
-            const std::string reply = http_response(200, R"({"kind":"Pod"})");
-            co_await asio::async_write(sock, asio::buffer(reply), asio::as_tuple(asio::use_awaitable));
-        }
-    }, asio::detached);
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            asio::steady_timer t(io, 150ms);
+            co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+            auto [e0, drained] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
+            EXPECT_FALSE(e0);
+            for (;;) {
+                auto [ec, sock] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
+                if (ec) co_return;
+                boost::beast::flat_buffer buf;
+                boost::beast::http::request<boost::beast::http::string_body> req;
+                auto [rec, rn] =
+                    co_await boost::beast::http::async_read(sock, buf, req, asio::as_tuple(asio::use_awaitable));
+                if (rec) continue;
+                ++served;
+                const std::string reply = http_response(200, R"({"kind":"Pod"})");
+                co_await asio::async_write(sock, asio::buffer(reply), asio::as_tuple(asio::use_awaitable));
+            }
+        },
+        asio::detached);
     long long elapsed = 0;
     run([&]() -> asio::awaitable<void> {
         const auto start = steady_clock::now();
@@ -351,9 +360,9 @@ TEST_F(RetryTest, ConnectTimeoutsExhaustRetriesWithTypedTimeout) {
     auto opts = fast_options();
     opts.connect_timeout = 150ms;
     opts.max_retries = 2;
-    ks::KubeClient client(io.get_executor(),
-                          ks::KubeConfig::from_url("http://127.0.0.1:" + std::to_string(acceptor.local_endpoint().port())),
-                          opts);
+    ks::KubeClient client(
+        io.get_executor(),
+        ks::KubeConfig::from_url("http://127.0.0.1:" + std::to_string(acceptor.local_endpoint().port())), opts);
     long long elapsed = 0;
     run([&]() -> asio::awaitable<void> {
         const auto start = steady_clock::now();
@@ -383,7 +392,8 @@ TEST_F(RetryTest, ConnectionClosedKeepsTheLowerLayerCode) {
             EXPECT_TRUE(r.error().is(errc::connection_closed));
             EXPECT_TRUE(r.error().lower_code.failed());
             EXPECT_NE(&r.error().lower_code.category(), &ks::error_category());
-            EXPECT_EQ(r.error().lower_code, boost::beast::http::error::partial_message) << r.error().lower_code.message();
+            EXPECT_EQ(r.error().lower_code, boost::beast::http::error::partial_message)
+                << r.error().lower_code.message();
         }
     });
 }

@@ -15,8 +15,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 
 namespace ks = kubesandbox;
 namespace asio = boost::asio;
@@ -117,8 +117,8 @@ TEST_F(ClientTest, TooManyRequestsPlainTextIsRetriedForGetHonouringRetryAfter) {
 
 TEST_F(ClientTest, TooManyRequestsExhaustsRetriesWithTypedError) {
     FakeServer server(io, [&](const FakeRequest&) {
-        return FakeReply{http_response(429, "Too many requests, please try again later.", "text/plain",
-                                       {{"Retry-After", "0"}})};
+        return FakeReply{
+            http_response(429, "Too many requests, please try again later.", "text/plain", {{"Retry-After", "0"}})};
     });
     auto opts = fast_options();
     opts.max_retries = 2;
@@ -197,20 +197,20 @@ TEST_F(ClientTest, GarbageJsonIsInvalidResponse) {
 }
 
 TEST_F(ClientTest, SlowServerTimesOut) {
-    FakeServer server(io, [](const FakeRequest&) {
-        return FakeReply{http_response(200, "{}"), 3000ms};
-    });
+    FakeServer server(io, [](const FakeRequest&) { return FakeReply{http_response(200, "{}"), 3000ms}; });
     auto opts = fast_options();
     opts.request_timeout = 200ms;
     opts.max_retries = 0;
     ks::KubeClient client(io.get_executor(), ks::KubeConfig::from_url(server.url()), opts);
-    run([&]() -> asio::awaitable<void> {
-        auto r = co_await client.get(pods.with_name("x"));
-        EXPECT_FALSE(r.has_value());
-        if (!r) {
-            EXPECT_TRUE(r.error().is(errc::timeout)) << r.error().describe();
-        }
-    }, 2500ms);
+    run(
+        [&]() -> asio::awaitable<void> {
+            auto r = co_await client.get(pods.with_name("x"));
+            EXPECT_FALSE(r.has_value());
+            if (!r) {
+                EXPECT_TRUE(r.error().is(errc::timeout)) << r.error().describe();
+            }
+        },
+        2500ms);
 }
 
 TEST_F(ClientTest, ConnectionRefusedIsTransportError) {
@@ -221,7 +221,8 @@ TEST_F(ClientTest, ConnectionRefusedIsTransportError) {
     }
     auto opts = fast_options();
     opts.max_retries = 1;
-    ks::KubeClient client(io.get_executor(), ks::KubeConfig::from_url("http://127.0.0.1:" + std::to_string(port)), opts);
+    ks::KubeClient client(io.get_executor(), ks::KubeConfig::from_url("http://127.0.0.1:" + std::to_string(port)),
+                          opts);
     run([&]() -> asio::awaitable<void> {
         auto r = co_await client.get(pods.with_name("x"));
         EXPECT_FALSE(r.has_value());
@@ -239,10 +240,13 @@ TEST_F(ClientTest, PoolBoundsConcurrentConnections) {
     ks::KubeClient client(io.get_executor(), ks::KubeConfig::from_url(server.url()), opts);
     std::atomic<int> ok = 0;
     for (int i = 0; i < 8; ++i) {
-        asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-            auto r = co_await client.get(pods.with_name("x"));
-            if (r && ++ok == 8) io.stop();
-        }, asio::detached);
+        asio::co_spawn(
+            io,
+            [&]() -> asio::awaitable<void> {
+                auto r = co_await client.get(pods.with_name("x"));
+                if (r && ++ok == 8) io.stop();
+            },
+            asio::detached);
     }
     io.run_for(5s);
     EXPECT_EQ(ok.load(), 8);
@@ -252,10 +256,13 @@ TEST_F(ClientTest, PoolBoundsConcurrentConnections) {
 TEST_F(ClientTest, ListSendsPaginationAndReturnsCursor) {
     FakeServer server(io, [](const FakeRequest& r) {
         if (r.target.find("continue=tok1") != std::string::npos)
-            return FakeReply{http_response(200, R"({"kind":"PodList","metadata":{"resourceVersion":"7"},"items":[{"metadata":{"name":"c"}}]})")};
+            return FakeReply{http_response(
+                200, R"({"kind":"PodList","metadata":{"resourceVersion":"7"},"items":[{"metadata":{"name":"c"}}]})")};
         EXPECT_NE(r.target.find("limit=2"), std::string::npos);
         EXPECT_NE(r.target.find("labelSelector=app%3Dx%2Ctier%20in%20%28a%29"), std::string::npos) << r.target;
-        return FakeReply{http_response(200, R"({"kind":"PodList","metadata":{"resourceVersion":"7","continue":"tok1","remainingItemCount":1},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]})")};
+        return FakeReply{http_response(
+            200,
+            R"({"kind":"PodList","metadata":{"resourceVersion":"7","continue":"tok1","remainingItemCount":1},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]})")};
     });
     ks::KubeClient client(io.get_executor(), ks::KubeConfig::from_url(server.url()), fast_options());
     run([&]() -> asio::awaitable<void> {
@@ -296,9 +303,12 @@ TEST_F(ClientTest, ExpiredContinueIsTyped) {
 
 TEST_F(ClientTest, WatchStreamsEventsSplitAcrossChunks) {
     const std::string events =
-        R"({"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a","resourceVersion":"5"}}})" "\n"
-        R"({"type":"MODIFIED","object":{"kind":"Pod","metadata":{"name":"a","resourceVersion":"6"}}})" "\n"
-        R"({"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"9"}}})" "\n";
+        R"({"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a","resourceVersion":"5"}}})"
+        "\n"
+        R"({"type":"MODIFIED","object":{"kind":"Pod","metadata":{"name":"a","resourceVersion":"6"}}})"
+        "\n"
+        R"({"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"9"}}})"
+        "\n";
     FakeServer server(io, [&](const FakeRequest& r) {
         EXPECT_NE(r.target.find("watch=true"), std::string::npos);
         EXPECT_NE(r.target.find("resourceVersion=4"), std::string::npos);
@@ -325,16 +335,19 @@ TEST_F(ClientTest, WatchStreamsEventsSplitAcrossChunks) {
             types.push_back((*ev)->type);
         }
         EXPECT_EQ(types, (std::vector<ks::WatchEvent::Type>{ks::WatchEvent::Type::added, ks::WatchEvent::Type::modified,
-                                                             ks::WatchEvent::Type::bookmark}));
+                                                            ks::WatchEvent::Type::bookmark}));
     });
 }
 
 TEST_F(ClientTest, WatchGoneIsExpiredAndCutStreamIsConnectionClosed) {
     std::atomic<int> calls = 0;
     FakeServer server(io, [&](const FakeRequest&) {
-        if (++calls == 1) return FakeReply{http_response(410, status_json(410, "Expired", "too old resource version: 1 (5)"))};
+        if (++calls == 1)
+            return FakeReply{http_response(410, status_json(410, "Expired", "too old resource version: 1 (5)"))};
         FakeReply reply{ks::test::chunked_head()};
-        reply.more.push_back({ks::test::chunk(R"({"type":"ADDED","object":{"metadata":{"name":"a"}}})" "\n{\"type\":\"MOD"), 5ms});
+        reply.more.push_back({ks::test::chunk(R"({"type":"ADDED","object":{"metadata":{"name":"a"}}})"
+                                              "\n{\"type\":\"MOD"),
+                              5ms});
         reply.close_after = true;
         return reply;
     });
@@ -398,13 +411,15 @@ TEST_F(ClientTest, CallerCancellationEndsRequestPromptly) {
     using namespace asio::experimental::awaitable_operators;
     FakeServer server(io, [](const FakeRequest&) { return FakeReply{http_response(200, "{}"), 5000ms}; });
     ks::KubeClient client(io.get_executor(), ks::KubeConfig::from_url(server.url()), fast_options());
-    run([&]() -> asio::awaitable<void> {
-        asio::steady_timer t(io, 100ms);
-        auto start = std::chrono::steady_clock::now();
-        auto r = co_await (client.get(pods.with_name("x")) || t.async_wait(asio::as_tuple(asio::use_awaitable)));
-        EXPECT_EQ(r.index(), 1u);
-        EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
-    }, 4s);
+    run(
+        [&]() -> asio::awaitable<void> {
+            asio::steady_timer t(io, 100ms);
+            auto start = std::chrono::steady_clock::now();
+            auto r = co_await (client.get(pods.with_name("x")) || t.async_wait(asio::as_tuple(asio::use_awaitable)));
+            EXPECT_EQ(r.index(), 1u);
+            EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+        },
+        4s);
 }
 
 // A JSON patch is replay-safe only when a "test" op guards it (the replay then fails cleanly

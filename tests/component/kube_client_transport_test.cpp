@@ -281,7 +281,8 @@ TEST_F(TransportTest, TlsServerNameIsUsedForSniAndForVerification) {
         EXPECT_FALSE(bad.has_value());
         if (!bad) {
             EXPECT_TRUE(bad.error().is(errc::tls_error)) << bad.error().describe();
-            EXPECT_NE(bad.error().message.find("api.not-in-the-cert.example"), std::string::npos) << bad.error().message;
+            EXPECT_NE(bad.error().message.find("api.not-in-the-cert.example"), std::string::npos)
+                << bad.error().message;
         }
     });
     EXPECT_EQ(sni_named, "localhost");

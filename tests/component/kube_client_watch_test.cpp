@@ -33,19 +33,20 @@ const ks::ResourcePath pods = ks::test::default_pods();
 using ks::test::fast_options;
 
 std::string pod_json(std::string_view name, std::string_view rv) {
-    return R"({"kind":"Pod","metadata":{"name":")" + std::string(name) + R"(","namespace":"default","resourceVersion":")" +
-           std::string(rv) + R"("}})";
+    return R"({"kind":"Pod","metadata":{"name":")" + std::string(name) +
+           R"(","namespace":"default","resourceVersion":")" + std::string(rv) + R"("}})";
 }
 std::string event_line(std::string_view type, const std::string& object) {
     return R"({"type":")" + std::string(type) + R"(","object":)" + object + "}\n";
 }
 std::string error_event(unsigned code, std::string_view reason, std::string_view message) {
     return event_line("ERROR", R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":")" +
-                                   std::string(message) + R"(","reason":")" + std::string(reason) +
-                                   R"(","code":)" + std::to_string(code) + "}");
+                                   std::string(message) + R"(","reason":")" + std::string(reason) + R"(","code":)" +
+                                   std::to_string(code) + "}");
 }
 std::string pod_list(std::string_view rv, const std::vector<std::string>& items) {
-    std::string out = R"({"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":")" + std::string(rv) + R"("},"items":[)";
+    std::string out =
+        R"({"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":")" + std::string(rv) + R"("},"items":[)";
     for (std::size_t i = 0; i < items.size(); ++i) out += (i ? "," : "") + items[i];
     return out + "]}";
 }
@@ -120,24 +121,26 @@ TEST_F(WatchTest, SilentServerHitsTheIdleDeadline) {
         return reply;
     });
     ks::KubeClient client(io.get_executor(), ks::KubeConfig::from_url(server.url()), fast_options());
-    run([&]() -> asio::awaitable<void> {
-        ks::WatchOptions options;
-        options.idle_timeout = 300ms;
-        auto w = co_await client.watch(pods, options);
-        EXPECT_TRUE(w.has_value());
-        if (!w) co_return;
-        auto first = co_await w->next();
-        EXPECT_TRUE(first.has_value() && first->has_value());
-        const auto start = steady_clock::now();
-        auto second = co_await w->next();
-        const auto waited = steady_clock::now() - start;
-        EXPECT_FALSE(second.has_value());
-        if (!second) {
-            EXPECT_TRUE(second.error().is(errc::timeout)) << second.error().describe();
-        }
-        EXPECT_GE(waited, 250ms);
-        EXPECT_LT(waited, 2s);
-    }, 5s);
+    run(
+        [&]() -> asio::awaitable<void> {
+            ks::WatchOptions options;
+            options.idle_timeout = 300ms;
+            auto w = co_await client.watch(pods, options);
+            EXPECT_TRUE(w.has_value());
+            if (!w) co_return;
+            auto first = co_await w->next();
+            EXPECT_TRUE(first.has_value() && first->has_value());
+            const auto start = steady_clock::now();
+            auto second = co_await w->next();
+            const auto waited = steady_clock::now() - start;
+            EXPECT_FALSE(second.has_value());
+            if (!second) {
+                EXPECT_TRUE(second.error().is(errc::timeout)) << second.error().describe();
+            }
+            EXPECT_GE(waited, 250ms);
+            EXPECT_LT(waited, 2s);
+        },
+        5s);
 }
 
 TEST_F(WatchTest, BookmarksKeepAnIdleWatchAliveAndSlowConsumersAreNotCut) {
@@ -181,7 +184,8 @@ TEST_F(WatchTest, ListWatchRelistsOn410AndYieldsTheDifference) {
         const bool is_watch = r.target.find("watch=true") != std::string::npos;
         if (!is_watch) {
             EXPECT_NE(r.target.find("labelSelector=app%3Dx"), std::string::npos) << r.target;
-            if (++lists == 1) return FakeReply{http_response(200, pod_list("10", {pod_json("a", "3"), pod_json("b", "4")}))};
+            if (++lists == 1)
+                return FakeReply{http_response(200, pod_list("10", {pod_json("a", "3"), pod_json("b", "4")}))};
             return FakeReply{http_response(200, pod_list("20", {pod_json("a", "11"), pod_json("c", "12")}))};
         }
         ++watches;
@@ -192,7 +196,8 @@ TEST_F(WatchTest, ListWatchRelistsOn410AndYieldsTheDifference) {
             reply.more.push_back({chunk(error_event(410, "Expired", "too old resource version: 10 (15)")), 5ms});
             reply.more.push_back({chunk(""), 5ms});
         } else if (watches == 2) {
-            reply.more.push_back({chunk(event_line("BOOKMARK", R"({"kind":"Pod","metadata":{"resourceVersion":"21"}})")), 5ms});
+            reply.more.push_back(
+                {chunk(event_line("BOOKMARK", R"({"kind":"Pod","metadata":{"resourceVersion":"21"}})")), 5ms});
             reply.more.push_back({chunk(""), 5ms});  // normal end (timeoutSeconds)
         } else {
             reply.more.push_back({chunk(event_line("ADDED", pod_json("d", "22"))), 5ms});
@@ -210,8 +215,10 @@ TEST_F(WatchTest, ListWatchRelistsOn410AndYieldsTheDifference) {
             auto ev = co_await lw.next();
             EXPECT_TRUE(ev.has_value()) << (ev ? "" : ev.error().describe());
             if (!ev) co_return;
-            const char* type = ev->type == Type::added ? "ADDED" : ev->type == Type::modified ? "MODIFIED"
-                             : ev->type == Type::deleted ? "DELETED" : "OTHER";
+            const char* type = ev->type == Type::added      ? "ADDED"
+                               : ev->type == Type::modified ? "MODIFIED"
+                               : ev->type == Type::deleted  ? "DELETED"
+                                                            : "OTHER";
             seen.push_back(std::string(type) + " " + std::string(ev->object.at("metadata").at("name").as_string()));
         }
         lw.close();

@@ -18,18 +18,23 @@ int main() {
     }
     kubesandbox::KubeClientOptions options;
     options.max_retries = 0;
-    kubesandbox::KubeClient client(io.get_executor(),
-                                   kubesandbox::KubeConfig::from_url("http://127.0.0.1:" + std::to_string(port)), options);
+    kubesandbox::KubeClient client(
+        io.get_executor(), kubesandbox::KubeConfig::from_url("http://127.0.0.1:" + std::to_string(port)), options);
     int rc = 1;
     kubesandbox::ResourcePath ns;
     ns.plural = "namespaces";
-    boost::asio::co_spawn(io, [&]() -> boost::asio::awaitable<void> {
-        auto r = co_await client.list(ns);
-        if (!r) {
-            std::printf("typed error as expected: %s\n", r.error().describe().c_str());
-            rc = 0;
-        }
-    }, [](std::exception_ptr e) { if (e) std::rethrow_exception(e); });
+    boost::asio::co_spawn(
+        io,
+        [&]() -> boost::asio::awaitable<void> {
+            auto r = co_await client.list(ns);
+            if (!r) {
+                std::printf("typed error as expected: %s\n", r.error().describe().c_str());
+                rc = 0;
+            }
+        },
+        [](std::exception_ptr e) {
+            if (e) std::rethrow_exception(e);
+        });
     io.run_for(std::chrono::seconds(10));
     return rc;
 }

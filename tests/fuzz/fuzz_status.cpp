@@ -27,8 +27,7 @@ std::string_view take_line(std::string_view& in) {
 
 // What error_from_response must have decoded as a JSON Status (strings then are valid UTF-8).
 bool is_json_status(std::string_view content_type, std::string_view body) {
-    if (content_type.find("json") == std::string_view::npos && (body.empty() || body.front() != '{'))
-        return false;
+    if (content_type.find("json") == std::string_view::npos && (body.empty() || body.front() != '{')) return false;
     boost::system::error_code ec;
     auto v = boost::json::parse(body, ec);
     if (ec || !v.is_object()) return false;

@@ -314,37 +314,39 @@ TEST_F(RawProviderTest, UnknownImageFailsFastAndLeavesNothing) {
 
 TEST_F(RawProviderTest, ListPaginatesWithLimit) {
     auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        std::vector<std::string> ids;
-        for (int i = 0; i < 5; ++i) {
-            GetOrCreateOptions o;
-            o.sandbox_id = "page-" + std::to_string(i);
-            o.labels["suite"] = "pagination";
-            auto sb = co_await p->get_or_create_pod(o);
-            EXPECT_TRUE(sb) << sb.error().describe();
-            ids.push_back(*o.sandbox_id);
-        }
-        ListSandboxesOptions lo;
-        lo.labels["suite"] = "pagination";
-        lo.limit = 2;
-        std::vector<std::size_t> sizes;
-        std::set<std::string> seen;
-        for (int guard = 0; guard < 10; ++guard) {
-            auto page = co_await p->list(lo);
-            EXPECT_TRUE(page);
-            if (!page) break;
-            sizes.push_back(page->items.size());
-            for (auto& i : page->items) seen.insert(i.id);
-            if (page->next_cursor.empty()) break;
-            lo.cursor = page->next_cursor;
-        }
-        EXPECT_EQ(sizes, (std::vector<std::size_t>{2, 2, 1}));
-        EXPECT_EQ(seen, std::set<std::string>(ids.begin(), ids.end()));
-        for (auto& id : ids) {
-            auto d = co_await p->delete_sandbox(id);
-            EXPECT_TRUE(d && *d);
-        }
-    }, 240s);
+    run(
+        [&]() -> asio::awaitable<void> {
+            std::vector<std::string> ids;
+            for (int i = 0; i < 5; ++i) {
+                GetOrCreateOptions o;
+                o.sandbox_id = "page-" + std::to_string(i);
+                o.labels["suite"] = "pagination";
+                auto sb = co_await p->get_or_create_pod(o);
+                EXPECT_TRUE(sb) << sb.error().describe();
+                ids.push_back(*o.sandbox_id);
+            }
+            ListSandboxesOptions lo;
+            lo.labels["suite"] = "pagination";
+            lo.limit = 2;
+            std::vector<std::size_t> sizes;
+            std::set<std::string> seen;
+            for (int guard = 0; guard < 10; ++guard) {
+                auto page = co_await p->list(lo);
+                EXPECT_TRUE(page);
+                if (!page) break;
+                sizes.push_back(page->items.size());
+                for (auto& i : page->items) seen.insert(i.id);
+                if (page->next_cursor.empty()) break;
+                lo.cursor = page->next_cursor;
+            }
+            EXPECT_EQ(sizes, (std::vector<std::size_t>{2, 2, 1}));
+            EXPECT_EQ(seen, std::set<std::string>(ids.begin(), ids.end()));
+            for (auto& id : ids) {
+                auto d = co_await p->delete_sandbox(id);
+                EXPECT_TRUE(d && *d);
+            }
+        },
+        240s);
 }
 
 TEST_F(RawProviderTest, CleanupDeletesExpired) {
@@ -385,65 +387,67 @@ TEST_F(RawProviderTest, TwoProvidersClaimingFromOneWarmPoolNeverShare) {
     auto a = provider(cfg);
     auto b = provider(cfg);
     std::vector<std::string> names;
-    run([&]() -> asio::awaitable<void> {
-        auto filled = co_await a->ensure_warm_pool();
-        EXPECT_TRUE(filled) << filled.error().describe();
-        if (filled) {
-            EXPECT_EQ(*filled, 3);
-        }
-        auto ps = co_await a->pool_status();
-        EXPECT_TRUE(ps);
-        if (ps) {
-            EXPECT_EQ(ps->available, 3);
-            EXPECT_EQ(ps->target, 3);
-        }
-        // Warm pods carry TTL bookkeeping like every sandbox.
-        ListSandboxesOptions wl;
-        wl.status = "warm";
-        auto warm = co_await a->list(wl);
-        EXPECT_TRUE(warm);
-        if (warm) {
-            EXPECT_EQ(warm->items.size(), 3u);
-            for (auto& w : warm->items) EXPECT_FALSE(w.created_at.empty());
-        }
-        int done = 0;
-        auto claim = [&](RawProvider* p) -> asio::awaitable<void> {
-            auto sb = co_await p->get_or_create_pod();
-            if (sb) names.push_back((*sb)->pod_name());
-            else ADD_FAILURE() << sb.error().describe();
-            ++done;
-        };
-        auto ex = co_await asio::this_coro::executor;
-        for (int i = 0; i < 3; ++i) {
-            asio::co_spawn(ex, claim(a.get()), asio::detached);
-            asio::co_spawn(ex, claim(b.get()), asio::detached);
-        }
-        for (int i = 0; i < 900 && done < 6; ++i) co_await sleep_for(100ms);
-        EXPECT_EQ(done, 6);
-        // Refill happens in the background: wait until the pool is back to 3 available.
-        for (int i = 0; i < 600; ++i) {
-            auto s = co_await a->pool_status();
-            if (s && s->available >= 3) break;
-            co_await sleep_for(200ms);
-        }
-        auto after = co_await a->pool_status();
-        EXPECT_TRUE(after);
-        if (after) {
-            EXPECT_GE(after->available, 3);  // two providers refilling at once may overshoot
-            EXPECT_GE(after->active, 6);
-        }
-        co_await sleep_for(500ms);  // let the refill coroutines finish their bookkeeping
-        // Delete everything of this test (claimed and warm).
-        ListSandboxesOptions all;
-        all.include_warm = true;
-        auto page = co_await a->list(all);
-        EXPECT_TRUE(page);
-        if (page)
-            for (auto& i : page->items) {
-                auto d = co_await a->delete_sandbox(i.id);
-                EXPECT_TRUE(d);
+    run(
+        [&]() -> asio::awaitable<void> {
+            auto filled = co_await a->ensure_warm_pool();
+            EXPECT_TRUE(filled) << filled.error().describe();
+            if (filled) {
+                EXPECT_EQ(*filled, 3);
             }
-    }, 300s);
+            auto ps = co_await a->pool_status();
+            EXPECT_TRUE(ps);
+            if (ps) {
+                EXPECT_EQ(ps->available, 3);
+                EXPECT_EQ(ps->target, 3);
+            }
+            // Warm pods carry TTL bookkeeping like every sandbox.
+            ListSandboxesOptions wl;
+            wl.status = "warm";
+            auto warm = co_await a->list(wl);
+            EXPECT_TRUE(warm);
+            if (warm) {
+                EXPECT_EQ(warm->items.size(), 3u);
+                for (auto& w : warm->items) EXPECT_FALSE(w.created_at.empty());
+            }
+            int done = 0;
+            auto claim = [&](RawProvider* p) -> asio::awaitable<void> {
+                auto sb = co_await p->get_or_create_pod();
+                if (sb) names.push_back((*sb)->pod_name());
+                else ADD_FAILURE() << sb.error().describe();
+                ++done;
+            };
+            auto ex = co_await asio::this_coro::executor;
+            for (int i = 0; i < 3; ++i) {
+                asio::co_spawn(ex, claim(a.get()), asio::detached);
+                asio::co_spawn(ex, claim(b.get()), asio::detached);
+            }
+            for (int i = 0; i < 900 && done < 6; ++i) co_await sleep_for(100ms);
+            EXPECT_EQ(done, 6);
+            // Refill happens in the background: wait until the pool is back to 3 available.
+            for (int i = 0; i < 600; ++i) {
+                auto s = co_await a->pool_status();
+                if (s && s->available >= 3) break;
+                co_await sleep_for(200ms);
+            }
+            auto after = co_await a->pool_status();
+            EXPECT_TRUE(after);
+            if (after) {
+                EXPECT_GE(after->available, 3);  // two providers refilling at once may overshoot
+                EXPECT_GE(after->active, 6);
+            }
+            co_await sleep_for(500ms);  // let the refill coroutines finish their bookkeeping
+            // Delete everything of this test (claimed and warm).
+            ListSandboxesOptions all;
+            all.include_warm = true;
+            auto page = co_await a->list(all);
+            EXPECT_TRUE(page);
+            if (page)
+                for (auto& i : page->items) {
+                    auto d = co_await a->delete_sandbox(i.id);
+                    EXPECT_TRUE(d);
+                }
+        },
+        300s);
     EXPECT_EQ(names.size(), 6u);
     EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size()) << "a pod was claimed twice";
 }
@@ -768,7 +772,7 @@ TEST_F(RawProviderTest, SandboxIdFormIsAcceptedEverywhere) {
         if (page)
             for (auto& i : page->items)
                 if (i.pod_name == pod) listed_id = i.id;
-        EXPECT_EQ(listed_id, pod);  // random sandboxes are listed under their pod name...
+        EXPECT_EQ(listed_id, pod);     // random sandboxes are listed under their pod name...
         GetOrCreateOptions by_listed;  // ...which is accepted as an id too
         by_listed.sandbox_id = listed_id;
         by_listed.create_if_missing = false;
@@ -888,54 +892,56 @@ TEST_F(RawProviderTest, LostCreateResponseStillRunsSetupExactlyOnce) {
     RawProviderOptions cfg;
     cfg.setup_script = "echo once >> /workspace/setup-marker";
     auto p = provider(cfg, quick_timeouts());
-    run([&]() -> asio::awaitable<void> {
-        FaultRule rule;
-        rule.path_contains = "/namespaces/default/pods?";
-        rule.method = "POST";
-        rule.count = 1;
-        rule.action = FaultRule::Action::drop_mid_body;
-        cluster_->add_fault(rule);
-        GetOrCreateOptions o;
-        o.sandbox_id = "lost-create";
-        auto sb = co_await p->get_or_create_pod(o);
-        cluster_->clear_faults();
-        EXPECT_TRUE(sb) << sb.error().describe();
-        if (sb) {
-            auto out = co_await (*sb)->execute("cat /workspace/setup-marker");
-            EXPECT_TRUE(out);
-            if (out) {
-                EXPECT_EQ(out->output, "once\n") << "setup_script skipped after a lost create response";
+    run(
+        [&]() -> asio::awaitable<void> {
+            FaultRule rule;
+            rule.path_contains = "/namespaces/default/pods?";
+            rule.method = "POST";
+            rule.count = 1;
+            rule.action = FaultRule::Action::drop_mid_body;
+            cluster_->add_fault(rule);
+            GetOrCreateOptions o;
+            o.sandbox_id = "lost-create";
+            auto sb = co_await p->get_or_create_pod(o);
+            cluster_->clear_faults();
+            EXPECT_TRUE(sb) << sb.error().describe();
+            if (sb) {
+                auto out = co_await (*sb)->execute("cat /workspace/setup-marker");
+                EXPECT_TRUE(out);
+                if (out) {
+                    EXPECT_EQ(out->output, "once\n") << "setup_script skipped after a lost create response";
+                }
             }
-        }
-        std::string id = "lost-create";
-        auto d = co_await p->delete_sandbox(id);
-        EXPECT_TRUE(d && *d);
+            std::string id = "lost-create";
+            auto d = co_await p->delete_sandbox(id);
+            EXPECT_TRUE(d && *d);
 
-        int done = 0;
-        std::vector<std::unique_ptr<PodExecSandbox>> got;
-        auto one = [&]() -> asio::awaitable<void> {
-            GetOrCreateOptions r;
-            r.sandbox_id = "setup-once";
-            auto s = co_await p->get_or_create_pod(r);
-            if (s) got.push_back(std::move(*s));
-            else ADD_FAILURE() << s.error().describe();
-            ++done;
-        };
-        auto ex = co_await asio::this_coro::executor;
-        for (int i = 0; i < 8; ++i) asio::co_spawn(ex, one(), asio::detached);
-        for (int i = 0; i < 900 && done < 8; ++i) co_await sleep_for(100ms);
-        EXPECT_EQ(done, 8);
-        if (!got.empty()) {
-            auto out = co_await got.front()->execute("cat /workspace/setup-marker");
-            EXPECT_TRUE(out);
-            if (out) {
-                EXPECT_EQ(out->output, "once\n") << "setup_script ran more than once";
+            int done = 0;
+            std::vector<std::unique_ptr<PodExecSandbox>> got;
+            auto one = [&]() -> asio::awaitable<void> {
+                GetOrCreateOptions r;
+                r.sandbox_id = "setup-once";
+                auto s = co_await p->get_or_create_pod(r);
+                if (s) got.push_back(std::move(*s));
+                else ADD_FAILURE() << s.error().describe();
+                ++done;
+            };
+            auto ex = co_await asio::this_coro::executor;
+            for (int i = 0; i < 8; ++i) asio::co_spawn(ex, one(), asio::detached);
+            for (int i = 0; i < 900 && done < 8; ++i) co_await sleep_for(100ms);
+            EXPECT_EQ(done, 8);
+            if (!got.empty()) {
+                auto out = co_await got.front()->execute("cat /workspace/setup-marker");
+                EXPECT_TRUE(out);
+                if (out) {
+                    EXPECT_EQ(out->output, "once\n") << "setup_script ran more than once";
+                }
             }
-        }
-        std::string id2 = "setup-once";
-        auto d2 = co_await p->delete_sandbox(id2);
-        EXPECT_TRUE(d2 && *d2);
-    }, 240s);
+            std::string id2 = "setup-once";
+            auto d2 = co_await p->delete_sandbox(id2);
+            EXPECT_TRUE(d2 && *d2);
+        },
+        240s);
 }
 
 // Review 4a: dead pods (container exited; warm ones too) are reaped without any TTL.
@@ -1119,49 +1125,52 @@ TEST_F(RawProviderTest, WarmPodsOfAnotherConfigAreNeverClaimed) {
     cfg_b.image = "debian:12";
     auto a = provider(cfg_a);
     auto b = provider(cfg_b);
-    run([&]() -> asio::awaitable<void> {
-        auto fa = co_await a->ensure_warm_pool();
-        EXPECT_TRUE(fa && *fa == 1);
-        auto fb = co_await b->ensure_warm_pool();
-        EXPECT_TRUE(fb && *fb == 1) << "b counted a's warm pod as its own";
-        auto pa = co_await a->pool_status();
-        EXPECT_TRUE(pa && pa->available == 1);
-        auto image_of = [&](const std::string& pod) -> asio::awaitable<std::string> {
-            const ResourcePath pp = pods("default").with_name(pod);
-            auto got = co_await client_->get(pp);
-            if (!got) co_return std::string();
-            co_return std::string((*got)["spec"].as_object()["containers"].as_array()[0].as_object()["image"].as_string());
-        };
-        auto sb = co_await b->get_or_create_pod();
-        EXPECT_TRUE(sb) << sb.error().describe();
-        if (sb) {
-            auto img = co_await image_of((*sb)->pod_name());
-            EXPECT_EQ(img, "debian:12");
-        }
-        auto sa = co_await a->get_or_create_pod();
-        EXPECT_TRUE(sa) << sa.error().describe();
-        if (sa) {
-            auto img = co_await image_of((*sa)->pod_name());
-            EXPECT_EQ(img, "python:3.12-slim");
-        }
-        std::array<RawProvider*, 2> both{a.get(), b.get()};
-        for (auto* p : both)
-            for (int i = 0; i < 300; ++i) {
-                auto s = co_await p->pool_status();
-                if (s && s->available >= 1) break;
-                co_await sleep_for(200ms);
+    run(
+        [&]() -> asio::awaitable<void> {
+            auto fa = co_await a->ensure_warm_pool();
+            EXPECT_TRUE(fa && *fa == 1);
+            auto fb = co_await b->ensure_warm_pool();
+            EXPECT_TRUE(fb && *fb == 1) << "b counted a's warm pod as its own";
+            auto pa = co_await a->pool_status();
+            EXPECT_TRUE(pa && pa->available == 1);
+            auto image_of = [&](const std::string& pod) -> asio::awaitable<std::string> {
+                const ResourcePath pp = pods("default").with_name(pod);
+                auto got = co_await client_->get(pp);
+                if (!got) co_return std::string();
+                co_return std::string(
+                    (*got)["spec"].as_object()["containers"].as_array()[0].as_object()["image"].as_string());
+            };
+            auto sb = co_await b->get_or_create_pod();
+            EXPECT_TRUE(sb) << sb.error().describe();
+            if (sb) {
+                auto img = co_await image_of((*sb)->pod_name());
+                EXPECT_EQ(img, "debian:12");
             }
-        co_await sleep_for(500ms);
-        ListSandboxesOptions all;
-        all.include_warm = true;
-        auto page = co_await a->list(all);
-        EXPECT_TRUE(page);
-        if (page)
-            for (auto& i : page->items) {
-                auto d = co_await a->delete_sandbox(i.id);
-                EXPECT_TRUE(d) << d.error().describe();
+            auto sa = co_await a->get_or_create_pod();
+            EXPECT_TRUE(sa) << sa.error().describe();
+            if (sa) {
+                auto img = co_await image_of((*sa)->pod_name());
+                EXPECT_EQ(img, "python:3.12-slim");
             }
-    }, 240s);
+            std::array<RawProvider*, 2> both{a.get(), b.get()};
+            for (auto* p : both)
+                for (int i = 0; i < 300; ++i) {
+                    auto s = co_await p->pool_status();
+                    if (s && s->available >= 1) break;
+                    co_await sleep_for(200ms);
+                }
+            co_await sleep_for(500ms);
+            ListSandboxesOptions all;
+            all.include_warm = true;
+            auto page = co_await a->list(all);
+            EXPECT_TRUE(page);
+            if (page)
+                for (auto& i : page->items) {
+                    auto d = co_await a->delete_sandbox(i.id);
+                    EXPECT_TRUE(d) << d.error().describe();
+                }
+        },
+        240s);
 }
 
 // Review 7: whoever reconnects to (or adopts) a sandbox gets it only after its creator's
@@ -1171,56 +1180,58 @@ TEST_F(RawProviderTest, ReconnectWaitsForTheCreatorsSetupAndRefusesForeignPods) 
     cfg.setup_script = "sleep 3; echo ready > /workspace/setup-marker";
     auto a = provider(cfg);
     auto b = provider(cfg);
-    run([&]() -> asio::awaitable<void> {
-        int done = 0;
-        std::string out_a, out_b;
-        auto use = [&](RawProvider* p, std::string* out) -> asio::awaitable<void> {
-            GetOrCreateOptions o;
-            o.sandbox_id = "setup-wait";
-            auto sb = co_await p->get_or_create_pod(o);
-            if (sb) {
-                auto r = co_await (*sb)->execute("cat /workspace/setup-marker");
-                if (r) *out = r->output;
-            } else {
-                ADD_FAILURE() << sb.error().describe();
-            }
-            ++done;
-        };
-        auto ex = co_await asio::this_coro::executor;
-        asio::co_spawn(ex, use(a.get(), &out_a), asio::detached);
-        co_await sleep_for(1500ms);  // b finds a's pod Ready, setup still running
-        asio::co_spawn(ex, use(b.get(), &out_b), asio::detached);
-        for (int i = 0; i < 600 && done < 2; ++i) co_await sleep_for(100ms);
-        EXPECT_EQ(out_a, "ready\n");
-        EXPECT_EQ(out_b, "ready\n") << "the reconnect returned before the creator's setup finished";
-        std::string id = "setup-wait";
-        auto d = co_await a->delete_sandbox(id);
-        EXPECT_TRUE(d && *d);
+    run(
+        [&]() -> asio::awaitable<void> {
+            int done = 0;
+            std::string out_a, out_b;
+            auto use = [&](RawProvider* p, std::string* out) -> asio::awaitable<void> {
+                GetOrCreateOptions o;
+                o.sandbox_id = "setup-wait";
+                auto sb = co_await p->get_or_create_pod(o);
+                if (sb) {
+                    auto r = co_await (*sb)->execute("cat /workspace/setup-marker");
+                    if (r) *out = r->output;
+                } else {
+                    ADD_FAILURE() << sb.error().describe();
+                }
+                ++done;
+            };
+            auto ex = co_await asio::this_coro::executor;
+            asio::co_spawn(ex, use(a.get(), &out_a), asio::detached);
+            co_await sleep_for(1500ms);  // b finds a's pod Ready, setup still running
+            asio::co_spawn(ex, use(b.get(), &out_b), asio::detached);
+            for (int i = 0; i < 600 && done < 2; ++i) co_await sleep_for(100ms);
+            EXPECT_EQ(out_a, "ready\n");
+            EXPECT_EQ(out_b, "ready\n") << "the reconnect returned before the creator's setup finished";
+            std::string id = "setup-wait";
+            auto d = co_await a->delete_sandbox(id);
+            EXPECT_TRUE(d && *d);
 
-        // A foreign pod under the name an id maps to.
-        const std::string foreign = RawProvider::pod_name_for("foreign-one");
-        const ResourcePath pp = pods("default");
-        json::object foreign_pod = hand_pod(foreign, {}, {});
-        auto made = co_await client_->create(pp, foreign_pod);
-        EXPECT_TRUE(made) << made.error().describe();
-        GetOrCreateOptions o;
-        o.sandbox_id = "foreign-one";
-        auto sb = co_await a->get_or_create_pod(o);
-        EXPECT_FALSE(sb) << "a foreign pod was adopted";
-        if (!sb) {
-            EXPECT_TRUE(sb.error().is(errc::already_exists)) << sb.error().describe();
-        }
-        std::string fid = "foreign-one";
-        auto fd = co_await a->delete_sandbox(fid);
-        EXPECT_FALSE(fd) << "delete_sandbox deleted a foreign pod";
-        const ResourcePath fp = pods("default").with_name(foreign);
-        auto still = co_await client_->get(fp);
-        EXPECT_TRUE(still);
-        DeleteOptions now;
-        now.grace_period_seconds = 0;
-        auto rm = co_await client_->remove(fp, now);
-        EXPECT_TRUE(rm);
-    }, 180s);
+            // A foreign pod under the name an id maps to.
+            const std::string foreign = RawProvider::pod_name_for("foreign-one");
+            const ResourcePath pp = pods("default");
+            json::object foreign_pod = hand_pod(foreign, {}, {});
+            auto made = co_await client_->create(pp, foreign_pod);
+            EXPECT_TRUE(made) << made.error().describe();
+            GetOrCreateOptions o;
+            o.sandbox_id = "foreign-one";
+            auto sb = co_await a->get_or_create_pod(o);
+            EXPECT_FALSE(sb) << "a foreign pod was adopted";
+            if (!sb) {
+                EXPECT_TRUE(sb.error().is(errc::already_exists)) << sb.error().describe();
+            }
+            std::string fid = "foreign-one";
+            auto fd = co_await a->delete_sandbox(fid);
+            EXPECT_FALSE(fd) << "delete_sandbox deleted a foreign pod";
+            const ResourcePath fp = pods("default").with_name(foreign);
+            auto still = co_await client_->get(fp);
+            EXPECT_TRUE(still);
+            DeleteOptions now;
+            now.grace_period_seconds = 0;
+            auto rm = co_await client_->remove(fp, now);
+            EXPECT_TRUE(rm);
+        },
+        180s);
 }
 
 // Review 8: a dead pod under a deterministic id is replaced instead of blocking the id forever.
@@ -1286,8 +1297,8 @@ TEST_F(RawProviderTest, ListWithoutLimitIsPaged) {
             labels["kubesandbox.io/managed-by"] = "kubesandbox";
             labels["kubesandbox.io/sandbox-id"] = "page-" + std::to_string(i);
             labels["kubesandbox.io/namespace-mode"] = "shared";
-            json::object pod = hand_pod("ksb-page-" + std::to_string(i), std::move(labels), {},
-                                        "no-such-registry.invalid/nothing:1");
+            json::object pod =
+                hand_pod("ksb-page-" + std::to_string(i), std::move(labels), {}, "no-such-registry.invalid/nothing:1");
             auto r = co_await client_->create(pp, pod);
             EXPECT_TRUE(r) << r.error().describe();
         }

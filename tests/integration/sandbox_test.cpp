@@ -1,7 +1,7 @@
 // PodExecSandbox and KubeClient against the embedded local cluster: real pods, real exec
 // WebSockets, real faults injected into the API server.
-#include <kubesandbox/pod_exec_sandbox.hpp>
 #include <kubesandbox/local_cluster.hpp>
+#include <kubesandbox/pod_exec_sandbox.hpp>
 #include <kubesandbox/raw_provider.hpp>
 
 #include "../support/run_test.hpp"
@@ -131,8 +131,9 @@ TEST_F(SandboxTest, TimeoutReturns124AndKillsTheRemoteProcesses) {
         auto start = std::chrono::steady_clock::now();
         // `setsid` leaves the exec's process group and `env -i` drops the environment: the kill
         // must still find them (marker, descendants, the command's own process group).
-        auto r = co_await (*sb)->execute("sleep 301 & setsid sleep 303 & env -i sleep 305 & (env -i sleep 306 &); sleep 302; echo never",
-                                         std::chrono::seconds(1));
+        auto r = co_await (*sb)->execute(
+            "sleep 301 & setsid sleep 303 & env -i sleep 305 & (env -i sleep 306 &); sleep 302; echo never",
+            std::chrono::seconds(1));
         EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
         EXPECT_TRUE(r.has_value());
         if (r) {
@@ -175,17 +176,15 @@ TEST_F(SandboxTest, FilesRoundTripByteExactWithHostileNames) {
         std::string all_bytes;
         for (int i = 0; i < 256 * 64; ++i) all_bytes.push_back(static_cast<char>(i % 256));
         const std::vector<std::string> names = {
-            "/workspace/deep/er/plain.bin",
-            "/workspace/dir with space/$HOME `id` \"q\" 'x'.bin",
-            "/workspace/-leading-dash",
-            "/workspace/new\nline",
+            "/workspace/deep/er/plain.bin", "/workspace/dir with space/$HOME `id` \"q\" 'x'.bin",
+            "/workspace/-leading-dash",     "/workspace/new\nline",
             "/tmp/../workspace/dots..bin",
         };
         std::vector<std::pair<std::string, std::string>> files;
         for (const auto& n : names) files.emplace_back(n, all_bytes + n);
         files.emplace_back("relative/path", "x");
-        files.emplace_back("/etc/hosts", "x");       // read-only root: permission denied
-        files.emplace_back("/workspace", "x");       // a directory
+        files.emplace_back("/etc/hosts", "x");  // read-only root: permission denied
+        files.emplace_back("/workspace", "x");  // a directory
         auto up = co_await (*sb)->upload_files(files);
         EXPECT_TRUE(up.has_value());
         if (!up) co_return;
@@ -250,32 +249,34 @@ TEST_F(SandboxTest, StdinStreamsThroughV5Close) {
 
 TEST_F(SandboxTest, PodDeletedMidCommandIsATypedErrorNotAHang) {
     auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create_pod();
-        EXPECT_TRUE(sb.has_value());
-        if (!sb) co_return;
-        auto kc = client();
-        ResourcePath pod;
-        pod.plural = "pods";
-        pod.namespace_name = (*sb)->namespace_name();
-        pod.name = (*sb)->pod_name();
-        auto deleter = [&]() -> asio::awaitable<void> {
-            co_await sleep_for(1000ms);
-            DeleteOptions now;
-            now.grace_period_seconds = 0;
-            co_await kc.remove(pod, now);
-        };
-        asio::co_spawn(io_, deleter, asio::detached);
-        auto start = std::chrono::steady_clock::now();
-        auto r = co_await (*sb)->execute("sleep 120", std::chrono::seconds(0));
-        EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
-        // A typed NotFound, whether the runtime reported a kill (exit 137) or the stream broke.
-        EXPECT_FALSE(r.has_value()) << (r ? r->output : "");
-        if (!r) {
-            EXPECT_TRUE(r.error().is(errc::not_found)) << r.error().describe();
-        }
-        co_await p.delete_sandbox((*sb)->pod_name());
-    }, 60s);
+    run(
+        [&]() -> asio::awaitable<void> {
+            auto sb = co_await p.get_or_create_pod();
+            EXPECT_TRUE(sb.has_value());
+            if (!sb) co_return;
+            auto kc = client();
+            ResourcePath pod;
+            pod.plural = "pods";
+            pod.namespace_name = (*sb)->namespace_name();
+            pod.name = (*sb)->pod_name();
+            auto deleter = [&]() -> asio::awaitable<void> {
+                co_await sleep_for(1000ms);
+                DeleteOptions now;
+                now.grace_period_seconds = 0;
+                co_await kc.remove(pod, now);
+            };
+            asio::co_spawn(io_, deleter, asio::detached);
+            auto start = std::chrono::steady_clock::now();
+            auto r = co_await (*sb)->execute("sleep 120", std::chrono::seconds(0));
+            EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+            // A typed NotFound, whether the runtime reported a kill (exit 137) or the stream broke.
+            EXPECT_FALSE(r.has_value()) << (r ? r->output : "");
+            if (!r) {
+                EXPECT_TRUE(r.error().is(errc::not_found)) << r.error().describe();
+            }
+            co_await p.delete_sandbox((*sb)->pod_name());
+        },
+        60s);
 }
 
 TEST_F(SandboxTest, ClientRetriesIdempotentRequestsOnInjectedFaults) {
@@ -319,7 +320,8 @@ TEST_F(SandboxTest, ClientRetriesIdempotentRequestsOnInjectedFaults) {
         auto lost = co_await kc.create(cms, cm2);
         EXPECT_FALSE(lost.has_value()) << "a lost create must not be replayed";
         if (!lost) {
-            EXPECT_TRUE(lost.error().is(errc::connection_closed)) << lost.error().describe() << " / " << lost.error().code.message();
+            EXPECT_TRUE(lost.error().is(errc::connection_closed))
+                << lost.error().describe() << " / " << lost.error().code.message();
         }
 
         // Marked idempotent (fixed name): retried, and a 409 after a lost response means ours.

@@ -8,13 +8,13 @@
 
 #include <boost/json.hpp>
 
+#include <unistd.h>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <thread>
-#include <fstream>
-#include <filesystem>
-#include <unistd.h>
 
 namespace json = boost::json;
 using kubesandbox::FaultRule;
@@ -196,7 +196,9 @@ TEST(LocalApi, ValidationAndGenerateName) {
     ASSERT_EQ(bad.status, 422u);
     auto b = bad.obj();
     EXPECT_EQ(str(b.at("reason")), "Invalid");
-    EXPECT_EQ(str(b.at("message")).rfind("ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\"", 0), 0u)
+    EXPECT_EQ(
+        str(b.at("message")).rfind("ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\"", 0),
+        0u)
         << str(b.at("message"));
     EXPECT_EQ(str(b.at("details").at("kind")), "ConfigMap");
     EXPECT_EQ(str(b.at("details").at("causes").at(0).at("field")), "metadata.name");
@@ -305,8 +307,8 @@ TEST(LocalApi, UnknownFieldsPerFieldValidation) {
     auto put = h.put(std::string(cms) + "/strict?fieldValidation=Strict", cur);
     ASSERT_EQ(put.status, 400u);
     EXPECT_NE(str(put.obj().at("message")).find("unknown field \"extra\""), std::string::npos);
-    auto patch = h.patch(std::string(cms) + "/strict?fieldValidation=Strict", json::object{{"spec", json::object{{"a", 1}}}},
-                         "application/merge-patch+json");
+    auto patch = h.patch(std::string(cms) + "/strict?fieldValidation=Strict",
+                         json::object{{"spec", json::object{{"a", 1}}}}, "application/merge-patch+json");
     ASSERT_EQ(patch.status, 400u);
     EXPECT_EQ(str(patch.obj().at("message")), "strict decoding error: unknown field \"spec\"");
     auto patch_warn = h.patch(std::string(cms) + "/strict", json::object{{"spec", json::object{{"a", 1}}}},
@@ -351,7 +353,8 @@ TEST(LocalApi, PathTraversalInNamesAndNamespaces) {
          "Name parameter invalid: \"../victim\": may not contain '/'"},
         {"GET", "/api/v1/namespaces/default/configmaps/a%25b", "Name parameter invalid: \"a%b\": may not contain '%'"},
         {"GET", "/api/v1/namespaces/default/pods//status", "Name parameter required."},
-        {"POST", "/api/v1/namespaces/default/pods/../exec?command=true", "Name parameter invalid: \"..\": may not be '..'"},
+        {"POST", "/api/v1/namespaces/default/pods/../exec?command=true",
+         "Name parameter invalid: \"..\": may not be '..'"},
     };
     for (auto& k : cases) {
         auto r = h.request(k.method, k.target);
@@ -421,29 +424,35 @@ TEST(LocalApi, Patches) {
     HttpClient h(*c);
     ASSERT_EQ(h.post("/api/v1/namespaces/default/pods", pod("pp", {{"a", "1"}})).status, 201u);
     std::string p = "/api/v1/namespaces/default/pods/pp";
-    auto merge = h.patch(p, json::object{{"metadata", json::object{{"labels", json::object{{"a", nullptr}, {"b", "2"}}}}}},
-                         "application/merge-patch+json");
+    auto merge =
+        h.patch(p, json::object{{"metadata", json::object{{"labels", json::object{{"a", nullptr}, {"b", "2"}}}}}},
+                "application/merge-patch+json");
     ASSERT_EQ(merge.status, 200u) << merge.body;
     EXPECT_EQ(merge.obj().at("metadata").at("labels").as_object(), (json::object{{"b", "2"}}));
     auto jp = h.patch(p,
-                      json::array{json::object{{"op", "add"}, {"path", "/metadata/annotations"}, {"value", json::object{{"x", "y"}}}}},
+                      json::array{json::object{
+                          {"op", "add"}, {"path", "/metadata/annotations"}, {"value", json::object{{"x", "y"}}}}},
                       "application/json-patch+json");
     ASSERT_EQ(jp.status, 200u) << jp.body;
     EXPECT_EQ(str(jp.obj().at("metadata").at("annotations").at("x")), "y");
-    auto failed_test = h.patch(p, json::array{json::object{{"op", "test"}, {"path", "/metadata/name"}, {"value", "zz"}}},
-                               "application/json-patch+json");
+    auto failed_test =
+        h.patch(p, json::array{json::object{{"op", "test"}, {"path", "/metadata/name"}, {"value", "zz"}}},
+                "application/json-patch+json");
     EXPECT_EQ(failed_test.status, 422u);
     // Strategic merge: containers merge by name (image change is allowed).
-    auto smp = h.patch(p,
-                       json::object{{"spec", json::object{{"containers", json::array{json::object{{"name", "c"}, {"image", "busybox:2"}}}}}}},
-                       "application/strategic-merge-patch+json");
+    auto smp = h.patch(
+        p,
+        json::object{
+            {"spec", json::object{{"containers", json::array{json::object{{"name", "c"}, {"image", "busybox:2"}}}}}}},
+        "application/strategic-merge-patch+json");
     ASSERT_EQ(smp.status, 200u) << smp.body;
     auto smo = smp.obj();
     auto& cs = smo.at("spec").at("containers").as_array();
     ASSERT_EQ(cs.size(), 1u);
     EXPECT_EQ(str(cs[0].at("image")), "busybox:2");
     EXPECT_EQ(h.patch(p, json::object{}, "text/plain").status, 415u);
-    EXPECT_EQ(h.patch("/api/v1/namespaces/default/pods/none", json::object{}, "application/merge-patch+json").status, 404u);
+    EXPECT_EQ(h.patch("/api/v1/namespaces/default/pods/none", json::object{}, "application/merge-patch+json").status,
+              404u);
 }
 
 TEST(LocalApi, Selectors) {
@@ -535,7 +544,9 @@ TEST(LocalApi, ContinueTokenExpires) {
     ASSERT_EQ(gone.status, 410u);
     auto g = gone.obj();
     EXPECT_EQ(str(g.at("reason")), "Expired");
-    EXPECT_EQ(str(g.at("message")).rfind("The provided continue parameter is too old to display a consistent list result.", 0), 0u);
+    EXPECT_EQ(str(g.at("message"))
+                  .rfind("The provided continue parameter is too old to display a consistent list result.", 0),
+              0u);
     // The inconsistent token from the 410 continues after the last key.
     std::string fresh = str(g.at("metadata").at("continue"));
     ASSERT_FALSE(fresh.empty());
@@ -555,12 +566,20 @@ TEST(LocalApi, WatchFromResourceVersionWithSelectorTransitions) {
     ASSERT_EQ(w.status(), 200u);
     // Starts matching, changes, stops matching, matches again, is deleted.
     ASSERT_EQ(h.post(cms, configmap("w2", {{"app", "b"}})).status, 201u);
-    ASSERT_EQ(h.patch(std::string(cms) + "/w2", json::object{{"metadata", json::object{{"labels", json::object{{"app", "a"}}}}}},
-                      "application/merge-patch+json").status, 200u);
+    ASSERT_EQ(h.patch(std::string(cms) + "/w2",
+                      json::object{{"metadata", json::object{{"labels", json::object{{"app", "a"}}}}}},
+                      "application/merge-patch+json")
+                  .status,
+              200u);
     ASSERT_EQ(h.patch(std::string(cms) + "/w1", json::object{{"data", json::object{{"k", "2"}}}},
-                      "application/merge-patch+json").status, 200u);
-    ASSERT_EQ(h.patch(std::string(cms) + "/w1", json::object{{"metadata", json::object{{"labels", json::object{{"app", "z"}}}}}},
-                      "application/merge-patch+json").status, 200u);
+                      "application/merge-patch+json")
+                  .status,
+              200u);
+    ASSERT_EQ(h.patch(std::string(cms) + "/w1",
+                      json::object{{"metadata", json::object{{"labels", json::object{{"app", "z"}}}}}},
+                      "application/merge-patch+json")
+                  .status,
+              200u);
     ASSERT_EQ(h.del(std::string(cms) + "/w2").status, 200u);
     std::vector<std::pair<std::string, std::string>> got;
     for (int i = 0; i < 4; ++i) {
@@ -654,9 +673,11 @@ TEST(LocalApi, DeletePreconditionsAndPodGrace) {
     std::string uid = str(o.at("metadata").at("uid"));
     auto wrong = h.del(std::string(cms) + "/d", R"({"preconditions":{"uid":"nope"}})");
     ASSERT_EQ(wrong.status, 409u);
-    EXPECT_EQ(str(wrong.obj().at("message")),
-              "Operation cannot be fulfilled on configmaps \"d\": Precondition failed: UID in precondition: nope, UID in "
-              "object meta: " + uid);
+    EXPECT_EQ(
+        str(wrong.obj().at("message")),
+        "Operation cannot be fulfilled on configmaps \"d\": Precondition failed: UID in precondition: nope, UID in "
+        "object meta: " +
+            uid);
     auto wrong_rv = h.del(std::string(cms) + "/d", R"({"preconditions":{"resourceVersion":"1"}})");
     EXPECT_EQ(wrong_rv.status, 409u);
     auto ok = h.del(std::string(cms) + "/d", "{\"preconditions\":{\"uid\":\"" + uid + "\"}}");
@@ -691,7 +712,8 @@ TEST(LocalApi, NamespaceCascade) {
     EXPECT_EQ(bad.status, 422u);
     ASSERT_EQ(h.post("/api/v1/namespaces", json::object{{"metadata", json::object{{"name", "team"}}}}).status, 201u);
     ASSERT_EQ(h.post("/api/v1/namespaces/team/configmaps", configmap("x")).status, 201u);
-    ASSERT_EQ(h.post("/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/team/sandboxclaims", claim("cl")).status, 201u);
+    ASSERT_EQ(h.post("/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/team/sandboxclaims", claim("cl")).status,
+              201u);
     auto del = h.del("/api/v1/namespaces/team");
     ASSERT_EQ(del.status, 200u);
     EXPECT_EQ(str(del.obj().at("status").at("phase")), "Terminating");
@@ -699,7 +721,8 @@ TEST(LocalApi, NamespaceCascade) {
     if (deny.status != 404u) {  // the namespace may already be gone
         ASSERT_EQ(deny.status, 403u);
         EXPECT_EQ(str(deny.obj().at("message")),
-                  "configmaps \"y\" is forbidden: unable to create new content in namespace team because it is being terminated");
+                  "configmaps \"y\" is forbidden: unable to create new content in namespace team because it is being "
+                  "terminated");
         EXPECT_EQ(str(deny.obj().at("details").at("causes").at(0).at("reason")), "NamespaceTerminating");
     }
     HttpResult ns;
@@ -754,7 +777,9 @@ TEST(LocalApi, OwnerReferenceGarbageCollection) {
     EXPECT_NE(o3.body.find("foregroundDeletion"), std::string::npos);
     // Releasing the dependent's finalizer lets both go.
     ASSERT_EQ(h.patch(std::string(cms) + "/dep3", json::object{{"metadata", json::object{{"finalizers", nullptr}}}},
-                      "application/merge-patch+json").status, 200u);
+                      "application/merge-patch+json")
+                  .status,
+              200u);
     EXPECT_EQ(h.get(std::string(cms) + "/dep3").status, 404u);
     EXPECT_EQ(h.get(std::string(claims) + "/o3").status, 404u);
 }

@@ -56,10 +56,11 @@ json::object pod(const std::string& name, json::array command) {
         {"apiVersion", "v1"},
         {"kind", "Pod"},
         {"metadata", json::object{{"name", name}}},
-        {"spec", json::object{{"restartPolicy", "Never"},
-                              {"terminationGracePeriodSeconds", 1},
-                              {"containers", json::array{json::object{
-                                                 {"name", "c"}, {"image", "busybox"}, {"command", std::move(command)}}}}}}};
+        {"spec",
+         json::object{{"restartPolicy", "Never"},
+                      {"terminationGracePeriodSeconds", 1},
+                      {"containers", json::array{json::object{
+                                         {"name", "c"}, {"image", "busybox"}, {"command", std::move(command)}}}}}}};
 }
 
 // Polls the pod until `pred(pod)` holds (true) or 30 s pass (false).
@@ -85,7 +86,7 @@ std::string phase_of(const json::object& p) {
 struct ExecOutcome {
     unsigned http_status = 0;
     std::size_t out_bytes = 0;
-    std::string status;       // channel 3
+    std::string status;        // channel 3
     bool clean_close = false;  // a WebSocket close frame arrived
     bool done = false;
 };
@@ -236,7 +237,8 @@ TEST(LocalFaults, PodsRefusedWithoutIsolation) {
     HttpClient h(*c);
     ASSERT_EQ(h.post("/api/v1/namespaces/default/pods", pod("refused", json::array{"sleep", "3600"})).status, 201u);
     json::object last;
-    ASSERT_TRUE(wait_pod(h, "refused", [](const json::object& p) { return phase_of(p) == "Failed"; }, &last))
+    ASSERT_TRUE(wait_pod(
+        h, "refused", [](const json::object& p) { return phase_of(p) == "Failed"; }, &last))
         << json::serialize(last);
     const auto& st = last.at("status").as_object();
     EXPECT_EQ(str(st.if_contains("reason")), "IsolationUnavailable");
@@ -257,6 +259,7 @@ TEST(LocalFaults, PodsRefusedWithoutIsolation) {
     EXPECT_FALSE(unsafe->isolation_available());
     HttpClient hu(*unsafe);
     ASSERT_EQ(hu.post("/api/v1/namespaces/default/pods", pod("runs", json::array{"sleep", "3600"})).status, 201u);
-    EXPECT_TRUE(wait_pod(hu, "runs", [](const json::object& p) { return phase_of(p) == "Running"; }, &last))
+    EXPECT_TRUE(wait_pod(
+        hu, "runs", [](const json::object& p) { return phase_of(p) == "Running"; }, &last))
         << json::serialize(last);
 }

@@ -65,17 +65,26 @@ struct Conn {
         bool done = false;
         if (c.ca_pem().empty()) {
             plain = std::make_unique<tcp::socket>(ioc);
-            plain->async_connect(ep, [&](error_code e) { ec = e; done = true; });
+            plain->async_connect(ep, [&](error_code e) {
+                ec = e;
+                done = true;
+            });
             return run(done, ms) && !ec;
         }
         ctx.add_certificate_authority(asio::buffer(c.ca_pem()), ec);
         ctx.set_verify_mode(asio::ssl::verify_peer);
         tls = std::make_unique<asio::ssl::stream<tcp::socket>>(ioc, ctx);
         tls->set_verify_callback(asio::ssl::host_name_verification("127.0.0.1"));
-        tls->next_layer().async_connect(ep, [&](error_code e) { ec = e; done = true; });
+        tls->next_layer().async_connect(ep, [&](error_code e) {
+            ec = e;
+            done = true;
+        });
         if (!run(done, ms) || ec) return false;
         done = false;
-        tls->async_handshake(asio::ssl::stream_base::client, [&](error_code e) { ec = e; done = true; });
+        tls->async_handshake(asio::ssl::stream_base::client, [&](error_code e) {
+            ec = e;
+            done = true;
+        });
         return run(done, ms) && !ec;
     }
 
@@ -83,7 +92,10 @@ struct Conn {
     bool write(Msg& m, int ms) {
         error_code ec;
         bool done = false;
-        auto h = [&](error_code e, std::size_t) { ec = e; done = true; };
+        auto h = [&](error_code e, std::size_t) {
+            ec = e;
+            done = true;
+        };
         if (plain) http::async_write(*plain, m, h);
         else http::async_write(*tls, m, h);
         return run(done, ms) && !ec;
@@ -92,7 +104,10 @@ struct Conn {
     error_code read(Parser& p, int ms) {
         error_code ec;
         bool done = false;
-        auto h = [&](error_code e, std::size_t) { ec = e; done = true; };
+        auto h = [&](error_code e, std::size_t) {
+            ec = e;
+            done = true;
+        };
         if (plain) http::async_read(*plain, buffer, p, h);
         else http::async_read(*tls, buffer, p, h);
         if (!run(done, ms)) return asio::error::timed_out;
@@ -102,7 +117,10 @@ struct Conn {
     error_code read_header(Parser& p, int ms) {
         error_code ec;
         bool done = false;
-        auto h = [&](error_code e, std::size_t) { ec = e; done = true; };
+        auto h = [&](error_code e, std::size_t) {
+            ec = e;
+            done = true;
+        };
         if (plain) http::async_read_header(*plain, buffer, p, h);
         else http::async_read_header(*tls, buffer, p, h);
         if (!run(done, ms)) return asio::error::timed_out;
@@ -110,8 +128,8 @@ struct Conn {
     }
 };
 
-http::request<http::string_body> make_request(const LocalCluster& c, const std::string& method, const std::string& target,
-                                              const std::string& token) {
+http::request<http::string_body> make_request(const LocalCluster& c, const std::string& method,
+                                              const std::string& target, const std::string& token) {
     http::request<http::string_body> req;
     req.method_string(method);
     req.target(target);

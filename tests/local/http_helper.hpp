@@ -7,8 +7,8 @@
 #include <boost/json.hpp>
 
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,7 +41,9 @@ struct HttpClient {
     HttpResult post(const std::string& t, const boost::json::value& v) {
         return request("POST", t, boost::json::serialize(v));
     }
-    HttpResult put(const std::string& t, const boost::json::value& v) { return request("PUT", t, boost::json::serialize(v)); }
+    HttpResult put(const std::string& t, const boost::json::value& v) {
+        return request("PUT", t, boost::json::serialize(v));
+    }
     HttpResult patch(const std::string& t, const boost::json::value& v, const std::string& ct) {
         return request("PATCH", t, boost::json::serialize(v), ct);
     }

@@ -59,13 +59,12 @@ json::object make_pod(const std::string& name, const std::string& image, json::a
                            {"command", std::move(command)},
                            {"workingDir", "/workspace"},
                            {"securityContext", json::object{{"runAsUser", uid}, {"runAsGroup", uid}}}};
-    return json::object{
-        {"metadata", json::object{{"name", name}, {"namespace", "default"}, {"uid", random_uid()}}},
-        {"spec", json::object{{"containers", json::array{container}},
-                              {"restartPolicy", restart_policy},
-                              {"nodeName", "local"},
-                              {"terminationGracePeriodSeconds", 2}}},
-        {"status", json::object{{"phase", "Pending"}}}};
+    return json::object{{"metadata", json::object{{"name", name}, {"namespace", "default"}, {"uid", random_uid()}}},
+                        {"spec", json::object{{"containers", json::array{container}},
+                                              {"restartPolicy", restart_policy},
+                                              {"nodeName", "local"},
+                                              {"terminationGracePeriodSeconds", 2}}},
+                        {"status", json::object{{"phase", "Pending"}}}};
 }
 
 std::string uid_of(const json::object& pod) { return std::string(pod.at("metadata").at("uid").as_string()); }
@@ -77,9 +76,10 @@ protected:
         fs::create_directories(dir_);
         KubeletOptions options;
         options.data_dir = dir_;
-        kubelet_ = std::make_unique<Kubelet>(io_.get_executor(), options,
-                                             [this](const std::string&, const std::string&, const std::string& uid,
-                                                    json::object status) { statuses_[uid].push_back(std::move(status)); });
+        kubelet_ =
+            std::make_unique<Kubelet>(io_.get_executor(), options,
+                                      [this](const std::string&, const std::string&, const std::string& uid,
+                                             json::object status) { statuses_[uid].push_back(std::move(status)); });
         ASSERT_TRUE(kubelet_->isolation_available()) << kubelet_->isolation_problem();
     }
     void TearDown() override {
@@ -156,9 +156,8 @@ protected:
         websocket::stream<tcp::socket> ws(co_await asio::this_coro::executor);
         auto [cec] = co_await ws.next_layer().async_connect(ep, tuple_awaitable);
         if (cec) co_return;
-        ws.set_option(websocket::stream_base::decorator([protocols](websocket::request_type& req) {
-            req.set(http::field::sec_websocket_protocol, protocols);
-        }));
+        ws.set_option(websocket::stream_base::decorator(
+            [protocols](websocket::request_type& req) { req.set(http::field::sec_websocket_protocol, protocols); }));
         ws.auto_fragment(fragment);
         if (fragment) ws.write_buffer_bytes(1024);
         ws.binary(true);
@@ -207,8 +206,8 @@ protected:
                     std::string protocols = "v5.channel.k8s.io", bool fragment = false,
                     std::chrono::milliseconds timeout = 20s) {
         tcp::acceptor acceptor(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-        std::string target = "/api/v1/namespaces/default/pods/" + std::string(pod.at("metadata").at("name").as_string()) +
-                             "/exec?";
+        std::string target =
+            "/api/v1/namespaces/default/pods/" + std::string(pod.at("metadata").at("name").as_string()) + "/exec?";
         for (auto& a : argv) {
             std::string enc;
             for (unsigned char c : a) {
@@ -234,7 +233,8 @@ protected:
                 http::request<http::string_body> req;
                 auto [rec, n] = co_await http::async_read(sock, buf, req, tuple_awaitable);
                 if (rec) co_return;
-                StreamRequest sr{kubesandbox::net::AnyStream::tcp(std::move(sock)), std::move(buf), std::move(req), pod};
+                StreamRequest sr{kubesandbox::net::AnyStream::tcp(std::move(sock)), std::move(buf), std::move(req),
+                                 pod};
                 co_await kubelet_->serve_exec(std::move(sr));
             },
             asio::detached);
@@ -251,7 +251,8 @@ protected:
         return std::stoi(std::string(v.at("details").at("causes").as_array()[0].at("message").as_string()));
     }
 
-    json::object running_pod(const std::string& name, const std::string& image = "busybox:1.36", std::int64_t uid = 1000) {
+    json::object running_pod(const std::string& name, const std::string& image = "busybox:1.36",
+                             std::int64_t uid = 1000) {
         auto pod = start(make_pod(name, image, json::array{"sleep", "infinity"}, "Always", uid));
         EXPECT_TRUE(run_until([&] { return running(pod); })) << "pod did not start; log: " << log_of(pod);
         return pod;
@@ -279,8 +280,9 @@ TEST(KubeletPlan, ResolvesImagesAndFailsUnknownOnes) {
 TEST(KubeletPlan, ExecStatusShapes) {
     using kubesandbox::local::exec_exit_status;
     EXPECT_EQ(json::serialize(exec_exit_status(0, {"true"})), R"({"metadata":{},"status":"Success"})");
-    EXPECT_EQ(json::serialize(exec_exit_status(3, {"sh", "-c", "exit 3"})),
-              R"({"metadata":{},"status":"Failure","message":"command terminated with non-zero exit code: error executing command [sh -c exit 3], exit code 3","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"3"}]}})");
+    EXPECT_EQ(
+        json::serialize(exec_exit_status(3, {"sh", "-c", "exit 3"})),
+        R"({"metadata":{},"status":"Failure","message":"command terminated with non-zero exit code: error executing command [sh -c exit 3], exit code 3","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"3"}]}})");
 }
 
 TEST(KubeletPlan, FrameSnifferSeesFragments) {
@@ -388,8 +390,8 @@ echo done
 )SH";
 
 void expect_confined(const std::string& log) {
-    for (const char* name : {"root", "work", "home", "tmp-host", "write-usr", "write-etc", "shadow", "net", "signal", "ps",
-                             "workspace-writable"}) {
+    for (const char* name : {"root", "work", "home", "tmp-host", "write-usr", "write-etc", "shadow", "net", "signal",
+                             "ps", "workspace-writable"}) {
         EXPECT_NE(log.find(std::string("ok ") + name + "\n"), std::string::npos) << name << " in:\n" << log;
     }
     EXPECT_EQ(log.find("LEAK"), std::string::npos) << log;
@@ -405,12 +407,13 @@ TEST_F(KubeletTest, PodsAreConfined) {
     listener.async_accept([&](boost::system::error_code ec, tcp::socket) {
         if (!ec) ++accepted;
     });
-    for (auto [image, uid] : {std::pair<const char*, int>{"busybox", 1000}, {"python:3.12", 1000}, {"ubuntu:24.04", 0}}) {
+    for (auto [image, uid] :
+         {std::pair<const char*, int>{"busybox", 1000}, {"python:3.12", 1000}, {"ubuntu:24.04", 0}}) {
         auto raw = make_pod(std::string("iso-") + std::to_string(uid), image,
                             json::array{"/bin/sh", "-c", kIsolationScript}, "Never", uid);
-        auto& env = raw["spec"].as_object()["containers"].as_array()[0].as_object()["env"] = json::array{
-            json::object{{"name", "PORT"}, {"value", std::to_string(listener.local_endpoint().port())}},
-            json::object{{"name", "HOSTPID"}, {"value", std::to_string(::getpid())}}};
+        auto& env = raw["spec"].as_object()["containers"].as_array()[0].as_object()["env"] =
+            json::array{json::object{{"name", "PORT"}, {"value", std::to_string(listener.local_endpoint().port())}},
+                        json::object{{"name", "HOSTPID"}, {"value", std::to_string(::getpid())}}};
         (void)env;
         if (std::string(image) != "busybox") {
             // Debian has no nc: use bash's /dev/tcp through a tiny shim on PATH-less sh.
@@ -418,7 +421,13 @@ TEST_F(KubeletTest, PodsAreConfined) {
             cmd[2] = std::string("nc() { timeout 3 bash -c \"echo > /dev/tcp/$3/$4\"; }\n") + kIsolationScript;
         }
         auto pod = start(raw);
-        ASSERT_TRUE(run_until([&] { auto p = phase(pod); return p == "Succeeded" || p == "Failed"; }, 20s)) << image;
+        ASSERT_TRUE(run_until(
+            [&] {
+                auto p = phase(pod);
+                return p == "Succeeded" || p == "Failed";
+            },
+            20s))
+            << image;
         SCOPED_TRACE(image);
         expect_confined(log_of(pod));
     }
@@ -556,7 +565,8 @@ TEST_F(KubeletTest, ExecEndsWhenThePodDies) {
 }
 
 TEST_F(KubeletTest, LogsFollowUntilThePodEnds) {
-    auto pod = start(make_pod("logs", "busybox", json::array{"sh", "-c", "for i in 1 2 3; do echo line$i; sleep 0.3; done"}, "Never"));
+    auto pod = start(make_pod("logs", "busybox",
+                              json::array{"sh", "-c", "for i in 1 2 3; do echo line$i; sleep 0.3; done"}, "Never"));
     ASSERT_TRUE(run_until([&] { return running(pod); }));
     tcp::acceptor acceptor(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
     auto fetch = [&](std::string query) {
@@ -567,7 +577,8 @@ TEST_F(KubeletTest, LogsFollowUntilThePodEnds) {
             [&]() -> asio::awaitable<void> {
                 auto [ec, sock] = co_await acceptor.async_accept(tuple_awaitable);
                 if (ec) co_return;
-                http::request<http::string_body> req{http::verb::get, "/api/v1/namespaces/default/pods/logs/log" + query, 11};
+                http::request<http::string_body> req{http::verb::get,
+                                                     "/api/v1/namespaces/default/pods/logs/log" + query, 11};
                 StreamRequest sr{kubesandbox::net::AnyStream::tcp(std::move(sock)), {}, std::move(req), pod};
                 co_await kubelet_->serve_log(std::move(sr));
             },

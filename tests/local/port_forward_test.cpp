@@ -1,8 +1,8 @@
 // serve_port_forward over real loopback sockets, in all three wire variants, against a real
 // echo server on 127.0.0.1 (pod_pid 0 = the host network namespace).
 #include "local/port_forward.hpp"
-#include "proto/channel_protocol.hpp"
 #include "local/spdy.hpp"
+#include "proto/channel_protocol.hpp"
 
 #include <gtest/gtest.h>
 
@@ -39,12 +39,12 @@ using namespace std::string_literals;
 constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 
 // gtest's ASSERT_* return from the function, which a coroutine cannot do.
-#define CO_ASSERT(cond)                               \
-    do {                                              \
-        if (!(cond)) {                                \
+#define CO_ASSERT(cond)                                  \
+    do {                                                 \
+        if (!(cond)) {                                   \
             ADD_FAILURE() << "assertion failed: " #cond; \
-            co_return;                                \
-        }                                             \
+            co_return;                                   \
+        }                                                \
     } while (0)
 
 // Echoes every byte; on EOF it half-closes back (so half-close propagation is observable).
@@ -132,9 +132,8 @@ using WsClient = websocket::stream<tcp::socket>;
 
 // WebSocket handshake offering `subprotocol`; returns the negotiated one.
 asio::awaitable<std::string> ws_handshake(WsClient& ws, std::string subprotocol, std::string target) {
-    ws.set_option(websocket::stream_base::decorator([subprotocol](websocket::request_type& req) {
-        req.set(http::field::sec_websocket_protocol, subprotocol);
-    }));
+    ws.set_option(websocket::stream_base::decorator(
+        [subprotocol](websocket::request_type& req) { req.set(http::field::sec_websocket_protocol, subprotocol); }));
     websocket::response_type res;
     co_await ws.async_handshake(res, "127.0.0.1", target, asio::use_awaitable);
     ws.binary(true);
@@ -169,7 +168,9 @@ TEST_F(PortForwardTest, WebSocketChannelProtocolEchoes) {
         auto err = co_await ws_read(ws);
         CO_ASSERT(!err.empty());
         EXPECT_EQ(err[0], '\x03');
-        EXPECT_NE(err.find("error forwarding port " + std::to_string(refused) + " to pod p1, uid uid-1"), std::string::npos) << err;
+        EXPECT_NE(err.find("error forwarding port " + std::to_string(refused) + " to pod p1, uid uid-1"),
+                  std::string::npos)
+            << err;
         EXPECT_NE(err.find("connection refused"), std::string::npos) << err;
 
         std::string payload = "hello through the pod\n";
@@ -359,9 +360,11 @@ asio::awaitable<void> spdy_echo_session(SpdyClient& c, std::uint16_t port, std::
 asio::awaitable<std::unique_ptr<tcp::socket>> spdy_upgrade(std::uint16_t api_port, std::string protocol,
                                                            unsigned& status, std::string& accepted) {
     auto s = std::make_unique<tcp::socket>(co_await connect_to(api_port));
-    std::string head = "POST /api/v1/namespaces/default/pods/p1/portforward HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                       "Content-Length: 0\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
-                       "X-Stream-Protocol-Version: " + protocol + "\r\n\r\n";
+    std::string head =
+        "POST /api/v1/namespaces/default/pods/p1/portforward HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        "Content-Length: 0\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+        "X-Stream-Protocol-Version: " +
+        protocol + "\r\n\r\n";
     co_await asio::async_write(*s, asio::buffer(head), asio::use_awaitable);
     // Read the response head byte by byte so no SPDY byte is swallowed.
     std::string resp;
@@ -405,7 +408,8 @@ TEST_F(PortForwardTest, SpdyTunnelledInWebSocket) {
     auto refused = closed_port(ioc_);
     run([&]() -> asio::awaitable<void> {
         WsClient ws(co_await connect_to(api_port()));
-        auto proto = co_await ws_handshake(ws, "SPDY/3.1+portforward.k8s.io", "/api/v1/namespaces/default/pods/p1/portforward");
+        auto proto =
+            co_await ws_handshake(ws, "SPDY/3.1+portforward.k8s.io", "/api/v1/namespaces/default/pods/p1/portforward");
         EXPECT_EQ(proto, "SPDY/3.1+portforward.k8s.io");
         SpdyClient c;
         c.pipe.ws = &ws;

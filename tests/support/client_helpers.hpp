@@ -19,8 +19,8 @@ inline ResourcePath default_pods() {
 }
 
 inline std::string status_json(unsigned code, std::string_view reason, std::string_view message) {
-    return R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":")" +
-           std::string(message) + R"(","reason":")" + std::string(reason) + R"(","code":)" + std::to_string(code) + "}";
+    return R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":")" + std::string(message) +
+           R"(","reason":")" + std::string(reason) + R"(","code":)" + std::to_string(code) + "}";
 }
 
 inline KubeClientOptions fast_options() {

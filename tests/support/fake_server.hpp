@@ -27,9 +27,9 @@ struct FakeReply {
     FakeReply(std::string raw_bytes, std::chrono::milliseconds delay_before = std::chrono::milliseconds(0),
               bool close = false)
         : raw(std::move(raw_bytes)), delay(delay_before), close_after(close) {}
-    std::string raw;                        // bytes written as they are
-    std::chrono::milliseconds delay{0};     // before writing
-    bool close_after = false;               // close after writing
+    std::string raw;                                                      // bytes written as they are
+    std::chrono::milliseconds delay{0};                                   // before writing
+    bool close_after = false;                                             // close after writing
     std::vector<std::pair<std::string, std::chrono::milliseconds>> more;  // further pieces, each after a pause
 };
 

@@ -56,7 +56,9 @@ TEST(ChannelProtocol, PortPrefixIsLittleEndian) {
     auto p = proto::decode_port_prefix("\x90\x1f"s);
     ASSERT_TRUE(p);
     EXPECT_EQ(*p, 8080);
-    auto p2 = proto::decode_port_prefix("\xff\xff" "data"s);
+    auto p2 = proto::decode_port_prefix(
+        "\xff\xff"
+        "data"s);
     ASSERT_TRUE(p2);
     EXPECT_EQ(*p2, 65535);
     auto short_prefix = proto::decode_port_prefix("\x90"s);

@@ -1,15 +1,15 @@
 // One HTTP exchange over an in-memory AnyStream (no socket): what was written, what was parsed,
 // and how early closes and garbage are typed.
-#include "net/any_stream.hpp"
 #include "net/http_exchange.hpp"
+#include "net/any_stream.hpp"
 #include "net/connector.hpp"
 
+#include <gtest/gtest.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/beast/http.hpp>
-#include <gtest/gtest.h>
 
 #include <cstring>
 
@@ -29,15 +29,20 @@ public:
         std::size_t n = closed_ ? 0 : std::min(b.size(), input_.size() - pos_);
         std::memcpy(b.data(), input_.data() + pos_, n);
         pos_ += n;
-        auto ec = n == 0 && b.size() != 0 ? asio::error::make_error_code(asio::error::eof) : boost::system::error_code{};
+        auto ec =
+            n == 0 && b.size() != 0 ? asio::error::make_error_code(asio::error::eof) : boost::system::error_code{};
         asio::post(ex_, [h = std::move(h), ec, n]() mutable { std::move(h)(ec, n); });
     }
     void write_some(asio::const_buffer b, net::IoHandler h) override {
         written_->append(static_cast<const char*>(b.data()), b.size());
         asio::post(ex_, [h = std::move(h), n = b.size()]() mutable { std::move(h)(boost::system::error_code{}, n); });
     }
-    void handshake(net::DoneHandler h) override { asio::post(ex_, [h = std::move(h)]() mutable { std::move(h)(boost::system::error_code{}); }); }
-    void shutdown(net::DoneHandler h) override { asio::post(ex_, [h = std::move(h)]() mutable { std::move(h)(boost::system::error_code{}); }); }
+    void handshake(net::DoneHandler h) override {
+        asio::post(ex_, [h = std::move(h)]() mutable { std::move(h)(boost::system::error_code{}); });
+    }
+    void shutdown(net::DoneHandler h) override {
+        asio::post(ex_, [h = std::move(h)]() mutable { std::move(h)(boost::system::error_code{}); });
+    }
     void close() noexcept override { closed_ = true; }
     void expires_after(std::chrono::steady_clock::duration) override {}
     void expires_never() override {}
@@ -68,9 +73,13 @@ Outcome run_exchange(std::string server_bytes, bool reused = false) {
     req.body() = "{}";
     req.prepare_payload();
     Outcome out;
-    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-        out.reply = co_await net::exchange(stream, buffer, req, std::chrono::steady_clock::now() + 5s, reused, out.sent);
-    }, asio::detached);
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            out.reply =
+                co_await net::exchange(stream, buffer, req, std::chrono::steady_clock::now() + 5s, reused, out.sent);
+        },
+        asio::detached);
     io.run_for(5s);
     out.written = *written;
     return out;
@@ -89,7 +98,8 @@ TEST(HttpExchange, WritesTheRequestAndParsesTheResponse) {
 }
 
 TEST(HttpExchange, RetryAfterAndConnectionCloseAreReported) {
-    auto out = run_exchange("HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+    auto out = run_exchange(
+        "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
     ASSERT_TRUE(out.reply) << out.reply.error().describe();
     EXPECT_EQ(out.reply->status, 429u);
     EXPECT_EQ(out.reply->retry_after, "3");

@@ -93,16 +93,12 @@ class ScopedEnv {
 public:
     ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
         if (const char* old = std::getenv(name)) old_ = old;
-        if (value)
-            ::setenv(name, value->c_str(), 1);
-        else
-            ::unsetenv(name);
+        if (value) ::setenv(name, value->c_str(), 1);
+        else ::unsetenv(name);
     }
     ~ScopedEnv() {
-        if (old_)
-            ::setenv(name_, old_->c_str(), 1);
-        else
-            ::unsetenv(name_);
+        if (old_) ::setenv(name_, old_->c_str(), 1);
+        else ::unsetenv(name_);
     }
 
 private:
@@ -161,14 +157,17 @@ clusters:
 - name: c1
   cluster:
     server: https://10.0.0.1:6443/prefix
-    certificate-authority-data: )" + b64(pki.cert_pem) + R"(
+    certificate-authority-data: )" +
+                             b64(pki.cert_pem) + R"(
     tls-server-name: api.internal
     proxy-url: http://proxy:3128
 users:
 - name: u1
   user:
-    client-certificate-data: )" + b64(pki.cert_pem) + R"(
-    client-key-data: )" + b64(pki.key_pem) + R"(
+    client-certificate-data: )" +
+                             b64(pki.cert_pem) + R"(
+    client-key-data: )" + b64(pki.key_pem) +
+                             R"(
     token: abc.def
     exec:
       apiVersion: client.authentication.k8s.io/v1
@@ -305,8 +304,8 @@ TEST(KubeConfig, KubeconfigEnvSkipsMissingFilesAndDeduplicates) {
     TempDir dir;
     auto f1 = dir.write("a", "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n");
     auto f2 = dir.write("b", "clusters: [{name: c, cluster: {server: 'https://b:1'}}]\n");
-    ScopedEnv env("KUBECONFIG", (dir.path() / "missing").string() + ":" + f1.string() + "::" + f1.string() + ":" +
-                                    f2.string());
+    ScopedEnv env("KUBECONFIG",
+                  (dir.path() / "missing").string() + ":" + f1.string() + "::" + f1.string() + ":" + f2.string());
     auto cfg = ks::load_kubeconfig();
     ASSERT_TRUE(cfg) << cfg.error().message;
     EXPECT_EQ(cfg->server, "https://b:1");
@@ -399,10 +398,13 @@ TEST(KubeConfig, InlineDataWinsOverFiles) {
     // The named files do not exist: -data must win without touching them.
     auto cfg = ks::parse_kubeconfig(
         "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1', certificate-authority: /nope/ca, "
-        "certificate-authority-data: " + b64(pki.cert_pem) + "}}]\n"
-        "users: [{name: u, user: {client-certificate: /nope/crt, client-certificate-data: " + b64(pki.cert_pem) +
-            ", client-key: /nope/key, client-key-data: " + b64(pki.key_pem) + "}}]\n"
-        "contexts: [{name: x, context: {cluster: c, user: u}}]\n",
+        "certificate-authority-data: " +
+            b64(pki.cert_pem) +
+            "}}]\n"
+            "users: [{name: u, user: {client-certificate: /nope/crt, client-certificate-data: " +
+            b64(pki.cert_pem) + ", client-key: /nope/key, client-key-data: " + b64(pki.key_pem) +
+            "}}]\n"
+            "contexts: [{name: x, context: {cluster: c, user: u}}]\n",
         "mem", "/base");
     ASSERT_TRUE(cfg) << cfg.error().message;
     EXPECT_EQ(cfg->certificate_authority_pem, pki.cert_pem);
@@ -423,9 +425,9 @@ TEST(KubeConfig, MissingReferencedFileNamesFileAndField) {
 }
 
 TEST(KubeConfig, BadYamlIsInvalidConfig) {
-    for (const char* doc : {"clusters: [", "{{{", "- just\n- a list\n", "clusters: 3\n",
-                            "clusters: [{cluster: {server: x}}]\n", "current-context: [a]\n",
-                            "kind: Pod\n", "clusters: [{name: c, cluster: [1, 2]}]\n", "\t\"unterminated"}) {
+    for (const char* doc :
+         {"clusters: [", "{{{", "- just\n- a list\n", "clusters: 3\n", "clusters: [{cluster: {server: x}}]\n",
+          "current-context: [a]\n", "kind: Pod\n", "clusters: [{name: c, cluster: [1, 2]}]\n", "\t\"unterminated"}) {
         auto cfg = ks::parse_kubeconfig(doc, "/my/config", {});
         ASSERT_FALSE(cfg) << doc;
         EXPECT_TRUE(cfg.error().is(errc::invalid_config)) << doc;
@@ -451,14 +453,14 @@ TEST(KubeConfig, BadFieldTypes) {
 }
 
 TEST(KubeConfig, MissingContextClusterOrUserNamesIt) {
-    const std::string base = "clusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
-                             "contexts: [{name: x, context: {cluster: c, user: ghost}},"
-                             " {name: y, context: {cluster: nocluster}}]\n";
+    const std::string base =
+        "clusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: ghost}},"
+        " {name: y, context: {cluster: nocluster}}]\n";
     auto cfg = ks::parse_kubeconfig(base + "current-context: missing-ctx\n", "mem", {});
     ASSERT_FALSE(cfg);
     EXPECT_TRUE(cfg.error().is(errc::invalid_config));
-    EXPECT_NE(cfg.error().message.find("context \"missing-ctx\" not found"), std::string::npos)
-        << cfg.error().message;
+    EXPECT_NE(cfg.error().message.find("context \"missing-ctx\" not found"), std::string::npos) << cfg.error().message;
 
     ks::KubeConfigLoadOptions opts;
     opts.context = "other-missing";
@@ -483,16 +485,16 @@ TEST(KubeConfig, BadBase64NamesFileAndField) {
     const auto& pki = test_pki();
     ks::KubeConfigLoadOptions opts;
     TempDir dir;
-    auto path = dir.write("config", "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
-                                    "contexts: [{name: x, context: {cluster: c, user: dev}}]\n"
-                                    "users: [{name: dev, user: {client-certificate-data: " + b64(pki.cert_pem) +
-                                        ", client-key-data: 'LS0t!!SECRET-not-base64'}}]\n");
+    auto path = dir.write("config",
+                          "current-context: x\nclusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
+                          "contexts: [{name: x, context: {cluster: c, user: dev}}]\n"
+                          "users: [{name: dev, user: {client-certificate-data: " +
+                              b64(pki.cert_pem) + ", client-key-data: 'LS0t!!SECRET-not-base64'}}]\n");
     opts.paths = {path};
     auto cfg = ks::load_kubeconfig(opts);
     ASSERT_FALSE(cfg);
     EXPECT_TRUE(cfg.error().is(errc::invalid_config));
-    EXPECT_EQ(cfg.error().message,
-              "kubeconfig " + path.string() + ": users[dev].user.client-key-data: invalid base64");
+    EXPECT_EQ(cfg.error().message, "kubeconfig " + path.string() + ": users[dev].user.client-key-data: invalid base64");
     expect_no_secrets(cfg.error());
 
     cfg = ks::parse_kubeconfig(
@@ -507,9 +509,12 @@ TEST(KubeConfig, BadPemNamesFileAndFieldWithoutLeakingKeys) {
     const auto& pki = test_pki();
     const std::string ctx = "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n";
     // Valid base64, but the CA is a key, not a certificate.
-    auto cfg = ks::parse_kubeconfig(ctx + "clusters: [{name: c, cluster: {server: 'https://h:1', "
-                                          "certificate-authority-data: " + b64(pki.key_pem) + "}}]\n"
-                                          "users: [{name: u, user: {}}]\n",
+    auto cfg = ks::parse_kubeconfig(ctx +
+                                        "clusters: [{name: c, cluster: {server: 'https://h:1', "
+                                        "certificate-authority-data: " +
+                                        b64(pki.key_pem) +
+                                        "}}]\n"
+                                        "users: [{name: u, user: {}}]\n",
                                     "/k", {});
     ASSERT_FALSE(cfg);
     EXPECT_EQ(cfg.error().message,
@@ -517,10 +522,11 @@ TEST(KubeConfig, BadPemNamesFileAndFieldWithoutLeakingKeys) {
     expect_no_secrets(cfg.error());
 
     // The key is a certificate.
-    cfg = ks::parse_kubeconfig(ctx + "clusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
-                                     "users: [{name: u, user: {client-certificate-data: " + b64(pki.cert_pem) +
-                                   ", client-key-data: " + b64(std::string("SECRET garbage ") + pki.key_pem.substr(30)) +
-                                   "}}]\n",
+    cfg = ks::parse_kubeconfig(ctx +
+                                   "clusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
+                                   "users: [{name: u, user: {client-certificate-data: " +
+                                   b64(pki.cert_pem) + ", client-key-data: " +
+                                   b64(std::string("SECRET garbage ") + pki.key_pem.substr(30)) + "}}]\n",
                                "/k", {});
     ASSERT_FALSE(cfg);
     EXPECT_EQ(cfg.error().message, "kubeconfig /k: users[u].user.client-key-data: not a valid PEM private key");
@@ -530,8 +536,9 @@ TEST(KubeConfig, BadPemNamesFileAndFieldWithoutLeakingKeys) {
     TempDir dir;
     dir.write("key.pem", "SECRET not a key\n");
     dir.write("crt.pem", pki.cert_pem);
-    cfg = ks::parse_kubeconfig(ctx + "clusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
-                                     "users: [{name: u, user: {client-certificate: crt.pem, client-key: key.pem}}]\n",
+    cfg = ks::parse_kubeconfig(ctx +
+                                   "clusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
+                                   "users: [{name: u, user: {client-certificate: crt.pem, client-key: key.pem}}]\n",
                                "/k", dir.path());
     ASSERT_FALSE(cfg);
     EXPECT_EQ(cfg.error().message, "kubeconfig /k: users[u].user.client-key: " + (dir.path() / "key.pem").string() +
@@ -539,28 +546,30 @@ TEST(KubeConfig, BadPemNamesFileAndFieldWithoutLeakingKeys) {
     expect_no_secrets(cfg.error());
 
     // Certificate without key.
-    cfg = ks::parse_kubeconfig(ctx + "clusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
-                                     "users: [{name: u, user: {client-certificate: crt.pem}}]\n",
+    cfg = ks::parse_kubeconfig(ctx +
+                                   "clusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
+                                   "users: [{name: u, user: {client-certificate: crt.pem}}]\n",
                                "/k", dir.path());
     ASSERT_FALSE(cfg);
-    EXPECT_NE(cfg.error().message.find("users[u].user.client-key: missing"), std::string::npos)
-        << cfg.error().message;
+    EXPECT_NE(cfg.error().message.find("users[u].user.client-key: missing"), std::string::npos) << cfg.error().message;
 }
 
 TEST(KubeConfig, ConflictingSettingsAreErrorsWithoutSecrets) {
     const auto& pki = test_pki();
     const std::string ctx = "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n";
-    auto cfg = ks::parse_kubeconfig(ctx + "clusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
-                                          "users: [{name: u, user: {token: " + secret_token +
-                                        ", username: admin, password: " + secret_password + "}}]\n",
+    auto cfg = ks::parse_kubeconfig(ctx +
+                                        "clusters: [{name: c, cluster: {server: 'https://h:1'}}]\n"
+                                        "users: [{name: u, user: {token: " +
+                                        secret_token + ", username: admin, password: " + secret_password + "}}]\n",
                                     "/k", {});
     ASSERT_FALSE(cfg);
     EXPECT_TRUE(cfg.error().is(errc::invalid_config));
     EXPECT_NE(cfg.error().message.find("users[u].user"), std::string::npos) << cfg.error().message;
     expect_no_secrets(cfg.error());
 
-    cfg = ks::parse_kubeconfig(ctx + "clusters: [{name: c, cluster: {server: 'https://h:1', "
-                                     "insecure-skip-tls-verify: true, certificate-authority-data: " +
+    cfg = ks::parse_kubeconfig(ctx +
+                                   "clusters: [{name: c, cluster: {server: 'https://h:1', "
+                                   "insecure-skip-tls-verify: true, certificate-authority-data: " +
                                    b64(pki.cert_pem) + "}}]\nusers: [{name: u, user: {}}]\n",
                                "/k", {});
     ASSERT_FALSE(cfg);
@@ -568,14 +577,14 @@ TEST(KubeConfig, ConflictingSettingsAreErrorsWithoutSecrets) {
 }
 
 TEST(KubeConfig, ExecValidation) {
-    const std::string head = "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
-                             "clusters: [{name: c, cluster: {server: 'https://h:1'}}]\n";
+    const std::string head =
+        "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        "clusters: [{name: c, cluster: {server: 'https://h:1'}}]\n";
     auto cfg = ks::parse_kubeconfig(
         head + "users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: p}}}]\n", "/k",
         {});
     ASSERT_FALSE(cfg);
-    EXPECT_NE(cfg.error().message.find("users[u].user.exec.interactiveMode"), std::string::npos)
-        << cfg.error().message;
+    EXPECT_NE(cfg.error().message.find("users[u].user.exec.interactiveMode"), std::string::npos) << cfg.error().message;
     cfg = ks::parse_kubeconfig(
         head + "users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1alpha1, command: p}}}]\n",
         "/k", {});
@@ -585,19 +594,21 @@ TEST(KubeConfig, ExecValidation) {
         head + "users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1beta1}}}]\n", "/k", {});
     ASSERT_FALSE(cfg);
     EXPECT_NE(cfg.error().message.find("exec.command: missing"), std::string::npos) << cfg.error().message;
-    cfg = ks::parse_kubeconfig(head + "users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/"
-                                      "v1beta1, command: p, env: [{name: A}, {value: b}]}}}]\n",
+    cfg = ks::parse_kubeconfig(head +
+                                   "users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/"
+                                   "v1beta1, command: p, env: [{name: A}, {value: b}]}}}]\n",
                                "/k", {});
     ASSERT_FALSE(cfg);
     EXPECT_NE(cfg.error().message.find("exec.env"), std::string::npos) << cfg.error().message;
 }
 
 TEST(KubeConfig, ContextAndNamespaceOverrides) {
-    const std::string yaml = "current-context: a\n"
-                             "clusters: [{name: c1, cluster: {server: 'https://one:1'}},"
-                             " {name: c2, cluster: {server: 'https://two:2'}}]\n"
-                             "contexts: [{name: a, context: {cluster: c1, namespace: ns-a}},"
-                             " {name: b, context: {cluster: c2}}]\n";
+    const std::string yaml =
+        "current-context: a\n"
+        "clusters: [{name: c1, cluster: {server: 'https://one:1'}},"
+        " {name: c2, cluster: {server: 'https://two:2'}}]\n"
+        "contexts: [{name: a, context: {cluster: c1, namespace: ns-a}},"
+        " {name: b, context: {cluster: c2}}]\n";
     ks::KubeConfigLoadOptions opts;
     auto cfg = ks::parse_kubeconfig(yaml, "mem", {}, opts);
     ASSERT_TRUE(cfg);
@@ -704,8 +715,9 @@ TEST(DefaultConfig, PrefersKubeconfigElseInCluster) {
     ASSERT_FALSE(cfg);
     EXPECT_NE(cfg.error().message.find("in-cluster"), std::string::npos) << cfg.error().message;
 
-    auto f = dir.write("kc", "current-context: x\nclusters: [{name: c, cluster: {server: 'https://kc:1'}}]\n"
-                             "contexts: [{name: x, context: {cluster: c}}]\n");
+    auto f = dir.write("kc",
+                       "current-context: x\nclusters: [{name: c, cluster: {server: 'https://kc:1'}}]\n"
+                       "contexts: [{name: x, context: {cluster: c}}]\n");
     ScopedEnv kc2("KUBECONFIG", f.string());
     cfg = ks::load_default_config();
     ASSERT_TRUE(cfg) << cfg.error().message;

@@ -58,9 +58,7 @@ TEST(LabelSelector, MatchesEveryForm) {
         {"replicas<5", {{"replicas", "-3"}}, true},
         {"replicas<5", {{"replicas", "7"}}, false},
         {"app=sandbox,tier in (a,b),!deprecated", {{"app", "sandbox"}, {"tier", "a"}}, true},
-        {"app=sandbox,tier in (a,b),!deprecated",
-         {{"app", "sandbox"}, {"tier", "a"}, {"deprecated", "1"}},
-         false},
+        {"app=sandbox,tier in (a,b),!deprecated", {{"app", "sandbox"}, {"tier", "a"}, {"deprecated", "1"}}, false},
         {" app = sandbox , tier  notin(x) ", {{"app", "sandbox"}, {"tier", "a"}}, true},
         {"example.com/owner=me", {{"example.com/owner", "me"}}, true},
         {"in=notin", {{"in", "notin"}}, true},  // keywords are identifiers in value position
@@ -122,8 +120,9 @@ TEST(LabelSelector, RejectsMalformedWithApimachineryMessages) {
         {"a=(b)", "unable to parse requirement: found '(', expected: identifier"},
         {"!a=b", "found '=', expected: ',' or 'end of string'"},
         {"!", "unable to parse requirement: found '', expected: identifier"},
-        {"a>b", "unable to parse requirement: values[0]: Invalid value: \"b\": for 'Gt', 'Lt' operators, "
-                "the value must be an integer"},
+        {"a>b",
+         "unable to parse requirement: values[0]: Invalid value: \"b\": for 'Gt', 'Lt' operators, "
+         "the value must be an integer"},
         {"a/b/c=d", "unable to parse requirement: key: Invalid value: \"a/b/c\": a qualified name must*"},
         {"-a=b", "unable to parse requirement: key: Invalid value: \"-a\": name part must consist of*"},
         {"a=b_", "unable to parse requirement: values[0][a]: Invalid value: \"b_\": a valid label must be*"},

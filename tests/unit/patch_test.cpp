@@ -20,8 +20,8 @@ struct Case {
 };
 }  // namespace
 
-#define EXPECT_JSON_EQ(actual, expected_text)                                                          \
-    EXPECT_TRUE(proto::json_equal((actual), j(expected_text)))                                         \
+#define EXPECT_JSON_EQ(actual, expected_text)                  \
+    EXPECT_TRUE(proto::json_equal((actual), j(expected_text))) \
         << "got " << json::serialize(actual) << " want " << (expected_text)
 
 TEST(MergePatch, Rfc7386AppendixA) {
@@ -67,8 +67,7 @@ TEST(JsonPatch, Rfc6902AppendixA) {
          R"({"baz":"qux","foo":["a",2,"c"]})"},
         {R"({"foo":"bar"})", R"([{"op":"add","path":"/child","value":{"grandchild":{}}}])",
          R"({"foo":"bar","child":{"grandchild":{}}})"},
-        {R"({"foo":"bar"})", R"([{"op":"add","path":"/baz","value":"qux","xyz":123}])",
-         R"({"foo":"bar","baz":"qux"})"},
+        {R"({"foo":"bar"})", R"([{"op":"add","path":"/baz","value":"qux","xyz":123}])", R"({"foo":"bar","baz":"qux"})"},
         {R"({"/":9,"~1":10})", R"([{"op":"test","path":"/~01","value":10}])", R"({"/":9,"~1":10})"},
         {R"({"foo":["bar"]})", R"([{"op":"add","path":"/foo/-","value":["abc","def"]}])",
          R"({"foo":["bar",["abc","def"]]})"},
@@ -190,8 +189,8 @@ TEST(StrategicMergePatch, Directives) {
         {R"({"spec":{"ports":[{"port":80,"targetPort":8080}]}})", R"({"spec":{"ports":[{"port":80,"name":"h"}]}})",
          R"({"spec":{"ports":[{"port":80,"targetPort":8080,"name":"h"}]}})"},
         // Primitive list deletion.
-        {R"({"metadata":{"finalizers":["a","b","c"]}})", R"({"metadata":{"$deleteFromPrimitiveList/finalizers":["b"]}})",
-         R"({"metadata":{"finalizers":["a","c"]}})"},
+        {R"({"metadata":{"finalizers":["a","b","c"]}})",
+         R"({"metadata":{"$deleteFromPrimitiveList/finalizers":["b"]}})", R"({"metadata":{"finalizers":["a","c"]}})"},
         // Unknown lists replace; nulls inside new maps vanish.
         {R"({"spec":{"args":["a","b"]}})", R"({"spec":{"args":["c"],"new":{"k":null,"v":1}}})",
          R"({"spec":{"args":["c"],"new":{"v":1}}})"},

@@ -27,7 +27,7 @@ TEST(RateLimiter, RefillsWithTimeButNeverBeyondBurst) {
     const auto t0 = Clock::time_point{} + 1000s;
     RateLimiter limiter(5, 1, t0);
     EXPECT_NEAR(ms(limiter.reserve(t0)), 0, 1);
-    EXPECT_NEAR(ms(limiter.reserve(t0)), 200, 1);      // borrowed from the future
+    EXPECT_NEAR(ms(limiter.reserve(t0)), 200, 1);          // borrowed from the future
     EXPECT_NEAR(ms(limiter.reserve(t0 + 200ms)), 200, 1);  // the borrowed token is spent at 200 ms
     // A long idle time refills only up to the burst (1): one free request, then waiting again.
     EXPECT_NEAR(ms(limiter.reserve(t0 + 60s)), 0, 1);

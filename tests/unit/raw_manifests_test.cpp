@@ -1,8 +1,8 @@
 // The objects raw mode creates, checked field by field without a cluster.
 #include "providers/raw/manifests.hpp"
 
-#include <boost/json/serialize.hpp>
 #include <gtest/gtest.h>
+#include <boost/json/serialize.hpp>
 
 namespace {
 using namespace kubesandbox;

@@ -3,8 +3,8 @@
 
 #include "util/time_format.hpp"
 
-#include <boost/json/parse.hpp>
 #include <gtest/gtest.h>
+#include <boost/json/parse.hpp>
 
 namespace {
 using namespace kubesandbox;
@@ -38,7 +38,8 @@ TEST(RawPodState, ReadyWaitingAndFailed) {
     EXPECT_NE(crashed.error.message.find("exit 137"), std::string::npos) << crashed.error.message;
 
     // A finished init container is progress, not failure.
-    auto init_done = raw::evaluate_pod(pod(R"({"metadata":{"name":"p"},"status":{"phase":"Pending","initContainerStatuses":[
+    auto init_done =
+        raw::evaluate_pod(pod(R"({"metadata":{"name":"p"},"status":{"phase":"Pending","initContainerStatuses":[
         {"name":"i","state":{"terminated":{"exitCode":0}}}]}})"));
     EXPECT_EQ(init_done.state, raw::PodState::waiting);
 

@@ -22,7 +22,7 @@ TEST(RetryPolicy, WhatIsRetried) {
     std::mt19937_64 rng(1);
     EXPECT_TRUE(kube::retry_delay(attempt(0, true, true, 503), o, rng));
     EXPECT_TRUE(kube::retry_delay(attempt(0, true, true, 429), o, rng));
-    EXPECT_TRUE(kube::retry_delay(attempt(0, true, true, 0), o, rng));    // connection failure
+    EXPECT_TRUE(kube::retry_delay(attempt(0, true, true, 0), o, rng));     // connection failure
     EXPECT_FALSE(kube::retry_delay(attempt(0, true, true, 501), o, rng));  // not implemented is final
     EXPECT_FALSE(kube::retry_delay(attempt(0, true, true, 404), o, rng));
     EXPECT_FALSE(kube::retry_delay(attempt(0, true, true, 409), o, rng));

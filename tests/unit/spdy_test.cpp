@@ -72,7 +72,11 @@ TEST(Spdy, WorkedBytesFromSpec) {
     EXPECT_EQ(hex(e.rst_stream(3, spdy::RstStatus::cancel)), "80 03 00 03 00 00 00 08 00 00 00 03 00 00 00 05");
     EXPECT_EQ(hex(e.goaway(0, spdy::GoAwayStatus::ok)), "80 03 00 07 00 00 00 08 00 00 00 00 00 00 00 00");
     auto block = spdy::encode_header_block(pf_headers("error", "8080", "0"));
-    EXPECT_EQ(block, "\0\0\0\x03\0\0\0\x0astreamtype\0\0\0\x05" "error\0\0\0\x04port\0\0\0\x04" "8080\0\0\0\x09requestid\0\0\0\x01" "0"s);
+    EXPECT_EQ(block,
+              "\0\0\0\x03\0\0\0\x0astreamtype\0\0\0\x05"
+              "error\0\0\0\x04port\0\0\0\x04"
+              "8080\0\0\0\x09requestid\0\0\0\x01"
+              "0"s);
 }
 
 TEST(Spdy, HeaderBlockRoundTripAcrossBlocks) {
@@ -187,8 +191,10 @@ TEST(Spdy, MalformedFramesAreTypedErrors) {
     EXPECT_TRUE(decode_error("\x80\x03\x00\x06\x01\x00\x00\x04\0\0\0\x01"s).is(errc::invalid_response));  // PING flags
     EXPECT_TRUE(decode_error("\x80\x03\x00\x07\x00\x00\x00\x04\0\0\0\x01"s).is(errc::invalid_response));  // GOAWAY len
     EXPECT_TRUE(decode_error("\x80\x03\x00\x03\x00\x00\x00\x04\0\0\0\x01"s).is(errc::invalid_response));  // RST len
-    EXPECT_TRUE(decode_error("\x80\x03\x00\x09\x00\x00\x00\x08\0\0\0\x01\0\0\0\0"s).is(errc::invalid_response));  // delta 0
-    EXPECT_TRUE(decode_error("\x80\x03\x00\x04\x00\x00\x00\x04\0\0\0\x02"s).is(errc::invalid_response));  // SETTINGS count
+    EXPECT_TRUE(
+        decode_error("\x80\x03\x00\x09\x00\x00\x00\x08\0\0\0\x01\0\0\0\0"s).is(errc::invalid_response));  // delta 0
+    EXPECT_TRUE(
+        decode_error("\x80\x03\x00\x04\x00\x00\x00\x04\0\0\0\x02"s).is(errc::invalid_response));  // SETTINGS count
     EXPECT_TRUE(decode_error("\x80\x03\x00\x01\x00\x00\x00\x04\0\0\0\x01"s).is(errc::invalid_response));  // SYN short
     EXPECT_TRUE(decode_error("\x00\x00\x00\x00\x00\x00\x00\x00"s).is(errc::invalid_response));  // DATA stream 0
     EXPECT_TRUE(decode_error("\x00\x00\x00\x01\x00\x01\x00\x01"s).is(errc::request_entity_too_large));
@@ -198,12 +204,12 @@ TEST(Spdy, MalformedFramesAreTypedErrors) {
 
 TEST(Spdy, InvalidHeaderBlocksAreRejected) {
     EXPECT_FALSE(spdy::decode_header_block("\0\0\0"s));
-    EXPECT_FALSE(spdy::decode_header_block("\0\0\0\x01\0\0\0\x01"s));                          // truncated
-    EXPECT_FALSE(spdy::decode_header_block("\0\0\0\x01\0\0\0\x01P\0\0\0\0"s));                  // uppercase
-    EXPECT_FALSE(spdy::decode_header_block("\0\0\0\x01\0\0\0\0\0\0\0\0"s));                     // empty name
+    EXPECT_FALSE(spdy::decode_header_block("\0\0\0\x01\0\0\0\x01"s));                              // truncated
+    EXPECT_FALSE(spdy::decode_header_block("\0\0\0\x01\0\0\0\x01P\0\0\0\0"s));                     // uppercase
+    EXPECT_FALSE(spdy::decode_header_block("\0\0\0\x01\0\0\0\0\0\0\0\0"s));                        // empty name
     EXPECT_FALSE(spdy::decode_header_block("\0\0\0\x02\0\0\0\x01p\0\0\0\0\0\0\0\x01p\0\0\0\0"s));  // duplicate
-    EXPECT_FALSE(spdy::decode_header_block("\0\0\0\0x"s));                                      // trailing
-    EXPECT_FALSE(spdy::decode_header_block("\xff\xff\xff\xff"s));                               // huge count
+    EXPECT_FALSE(spdy::decode_header_block("\0\0\0\0x"s));                                         // trailing
+    EXPECT_FALSE(spdy::decode_header_block("\xff\xff\xff\xff"s));                                  // huge count
     auto ok = spdy::decode_header_block("\0\0\0\0"s);
     ASSERT_TRUE(ok);
     EXPECT_TRUE(ok->empty());

@@ -6,8 +6,8 @@
 #include "util/random.hpp"
 #include "util/time_format.hpp"
 
-#include <boost/json/parse.hpp>
 #include <gtest/gtest.h>
+#include <boost/json/parse.hpp>
 
 #include <vector>
 

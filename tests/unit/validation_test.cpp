@@ -78,8 +78,7 @@ TEST(Validation, QualifiedNames) {
     EXPECT_EQ(proto::validate_qualified_name("/x"), std::vector<std::string>{"prefix part must be non-empty"});
     EXPECT_EQ(proto::validate_qualified_name("x/"),
               (std::vector<std::string>{"name part must be non-empty", name_part_msg}));
-    EXPECT_EQ(proto::validate_qualified_name("Ex.com/x"),
-              std::vector<std::string>{"prefix part " + subdomain_msg});
+    EXPECT_EQ(proto::validate_qualified_name("Ex.com/x"), std::vector<std::string>{"prefix part " + subdomain_msg});
     EXPECT_EQ(proto::validate_qualified_name(std::string(64, 'k')),
               std::vector<std::string>{"name part must be no more than 63 characters"});
     auto three = proto::validate_qualified_name("a/b/c");
@@ -104,8 +103,9 @@ TEST(Validation, LabelValues) {
 TEST(Validation, SanitizeLabelValue) {
     EXPECT_EQ(proto::sanitize_label_value("already-valid"), "already-valid");
     EXPECT_EQ(proto::sanitize_label_value(""), "");
-    const std::vector<std::string> inputs = {"user@example.com", "-leading", "trailing-", "with space",
-                                             std::string(200, 'x'), "!!!", "ünïcode", "a/b/c", "_x_"};
+    const std::vector<std::string> inputs = {
+        "user@example.com", "-leading", "trailing-", "with space", std::string(200, 'x'), "!!!",
+        "ünïcode",          "a/b/c",    "_x_"};
     std::set<std::string> seen;
     for (const auto& in : inputs) {
         auto out = proto::sanitize_label_value(in);
@@ -138,8 +138,8 @@ TEST(Validation, ObjectMetaRequiredAndGenerateName) {
     boost::json::object empty;
     auto causes = proto::validate_object_meta(empty, proto::NameRule::dns1123_label, true);
     ASSERT_EQ(causes.size(), 1u);
-    EXPECT_EQ(causes[0], (ks::StatusCause{"FieldValueRequired",
-                                          "Required value: name or generateName is required", "metadata.name"}));
+    EXPECT_EQ(causes[0], (ks::StatusCause{"FieldValueRequired", "Required value: name or generateName is required",
+                                          "metadata.name"}));
     EXPECT_TRUE(proto::validate_object_meta(empty, proto::NameRule::dns1123_label, false).empty());
 
     auto gen = boost::json::parse(R"({"generateName":"sbx-"})").as_object();

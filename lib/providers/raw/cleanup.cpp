@@ -62,7 +62,8 @@ asio::awaitable<Result<CleanupResult>> cleanup(StatePtr st, std::optional<std::c
         const auto& m = metadata_of(np);
         std::string name = string_at(m, "name");
         std::string ns = string_at(m, "namespace");
-        if (name.size() <= suffix.size() || std::string_view(name).substr(name.size() - suffix.size()) != suffix) continue;
+        if (name.size() <= suffix.size() || std::string_view(name).substr(name.size() - suffix.size()) != suffix)
+            continue;
         auto age = age_of(np, now);
         if (!age || *age < grace || being_deleted(np)) continue;
         std::string pod = name.substr(0, name.size() - suffix.size());

@@ -72,8 +72,8 @@ asio::awaitable<void> remove_created(StatePtr st, std::string ns, std::string na
 asio::awaitable<Result<void>> create_namespace(StatePtr st, const std::string& ns, const Identity& idt,
                                                const std::string& token, const CreateOptions& copts, bool& created) {
     const auto& cfg = st->options;
-    auto r = co_await st->client.create(namespaces_path(), build_namespace(ns, idt.label, token, util::now_rfc3339(true)),
-                                        copts);
+    auto r = co_await st->client.create(namespaces_path(),
+                                        build_namespace(ns, idt.label, token, util::now_rfc3339(true)), copts);
     if (!r) r = co_await existing_after(st, namespaces_path().with_name(ns), r.error());
     if (!r) co_return fail(r.error());
     created = annotation_of(*r, keys::creation_token) == token;
@@ -136,8 +136,8 @@ asio::awaitable<Result<void>> run_setup(StatePtr st, const std::string& ns, cons
 // Creates namespace (per-sandbox), NetworkPolicy and the pod, then waits for Ready and runs
 // the setup script. On failure everything this call created is deleted. `adopted` is set only
 // for a pod someone else created (then we wait for its setup instead of running it).
-asio::awaitable<Result<CreateOutcome>> create_and_wait(StatePtr st, std::string name, Identity idt,
-                                                       bool deterministic, bool warm) {
+asio::awaitable<Result<CreateOutcome>> create_and_wait(StatePtr st, std::string name, Identity idt, bool deterministic,
+                                                       bool warm) {
     const auto& cfg = st->options;
     auto deadline = steady_clock::now() + cfg.startup_timeout;
     std::string ns = namespace_for(cfg, name);
@@ -173,8 +173,8 @@ asio::awaitable<Result<CreateOutcome>> create_and_wait(StatePtr st, std::string 
     json::object annotations = idt.annotations;
     annotations[keys::creation_token] = token;
     if (!cfg.setup_script.empty()) annotations[keys::setup] = "pending";
-    auto created = co_await st->client.create(pods_path(ns), build_pod(cfg, name, std::move(labels), std::move(annotations)),
-                                              copts);
+    auto created = co_await st->client.create(pods_path(ns),
+                                              build_pod(cfg, name, std::move(labels), std::move(annotations)), copts);
     // A 409 for a fixed name, or a lost answer: look at what is there.
     if (!created && (deterministic || !created.error().is(errc::already_exists)))
         created = co_await existing_after(st, pods_path(ns).with_name(name), created.error());
@@ -194,7 +194,8 @@ asio::awaitable<Result<CreateOutcome>> create_and_wait(StatePtr st, std::string 
             std::string whose = label_of(initial, keys::managed_by).empty()
                                     ? std::string("not managed by kubesandbox")
                                     : "sandbox id " + label_of(initial, keys::sandbox_id);
-            co_return fail(errc::already_exists, "pod " + ns + "/" + name + " exists and is not this sandbox's (" + whose + ")");
+            co_return fail(errc::already_exists,
+                           "pod " + ns + "/" + name + " exists and is not this sandbox's (" + whose + ")");
         }
         outcome.adopted = true;
     }
@@ -289,8 +290,8 @@ asio::awaitable<Result<bool>> delete_objects(StatePtr st, std::string ns, std::s
         auto nso = co_await st->client.get(ns_path);
         if (nso) {
             std::string nl = label_of(*nso, keys::sandbox_id);
-            bool ours = label_of(*nso, keys::managed_by) == keys::managed_by_value && !nl.empty() &&
-                        (!label || nl == *label);
+            bool ours =
+                label_of(*nso, keys::managed_by) == keys::managed_by_value && !nl.empty() && (!label || nl == *label);
             if (ours && !being_deleted(*nso)) {
                 DeleteOptions ns_opts;
                 ns_opts.precondition_uid = string_at(metadata_of(*nso), "uid");
@@ -307,7 +308,8 @@ asio::awaitable<Result<bool>> delete_objects(StatePtr st, std::string ns, std::s
 }
 
 asio::awaitable<Result<void>> patch_annotations(StatePtr st, std::string ns, std::string pod, json::object ann) {
-    auto r = co_await st->client.patch(pods_path(ns).with_name(pod), annotations_patch(std::move(ann)), PatchType::merge);
+    auto r =
+        co_await st->client.patch(pods_path(ns).with_name(pod), annotations_patch(std::move(ann)), PatchType::merge);
     if (!r) co_return fail(r.error());
     co_return Result<void>{};
 }
@@ -369,8 +371,7 @@ void record_activity(const StatePtr& st, const std::string& id) {
             auto r = co_await patch_activity(s, n, p);
             if (!r && !r.error().is(errc::not_found))
                 s->options.logger.warning("last-activity patch failed: " + r.error().describe());
-        } catch (const std::exception&) {
-        }
+        } catch (const std::exception&) {}
     };
     asio::co_spawn(st->client.get_executor(), task(st, target->ns, target->pod), asio::detached);
 }

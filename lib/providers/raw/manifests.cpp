@@ -1,8 +1,8 @@
 #include "providers/raw/manifests.hpp"
 
-#include "providers/raw/naming.hpp"
 #include "proto/patch.hpp"
 #include "proto/validation.hpp"
+#include "providers/raw/naming.hpp"
 #include "util/json_access.hpp"
 #include "util/random.hpp"
 
@@ -103,9 +103,8 @@ json::object container_of(const RawProviderOptions& cfg) {
 }  // namespace
 
 Result<Identity> make_identity(const RawProviderOptions& cfg, const std::string& id,
-                               const std::map<std::string, std::string>& user_labels,
-                               std::optional<std::int64_t> ttl, std::optional<std::int64_t> ttl_idle,
-                               const std::string& created_at) {
+                               const std::map<std::string, std::string>& user_labels, std::optional<std::int64_t> ttl,
+                               std::optional<std::int64_t> ttl_idle, const std::string& created_at) {
     Identity idt;
     idt.id = id;
     idt.label = proto::sanitize_label_value(id);

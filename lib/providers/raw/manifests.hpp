@@ -17,20 +17,19 @@ namespace kubesandbox::raw {
 
 // Labels and annotations of one sandbox: computed once, used for creation or a warm claim.
 struct Identity {
-    std::string id;                    // caller id, or the pod name
-    std::string label;                 // sanitised id
-    boost::json::object labels;        // full pod labels (without pool-status)
+    std::string id;              // caller id, or the pod name
+    std::string label;           // sanitised id
+    boost::json::object labels;  // full pod labels (without pool-status)
     boost::json::object annotations;
 };
 
 // Fails with invalid_argument for reserved or invalid user label keys.
 Result<Identity> make_identity(const RawProviderOptions& options, const std::string& id,
-                               const std::map<std::string, std::string>& user_labels,
-                               std::optional<std::int64_t> ttl, std::optional<std::int64_t> ttl_idle,
-                               const std::string& created_at);
+                               const std::map<std::string, std::string>& user_labels, std::optional<std::int64_t> ttl,
+                               std::optional<std::int64_t> ttl_idle, const std::string& created_at);
 
-boost::json::object build_pod(const RawProviderOptions& options, const std::string& name,
-                              boost::json::object labels, boost::json::object annotations);
+boost::json::object build_pod(const RawProviderOptions& options, const std::string& name, boost::json::object labels,
+                              boost::json::object annotations);
 
 // The deny-all policy; `owner_uid` (when known) makes it the pod's dependent, so it goes with
 // the pod even when the pod is deleted behind our back.
@@ -40,8 +39,8 @@ boost::json::object build_network_policy(const RawProviderOptions& options, cons
 // A merge patch that makes the policy the pod's dependent.
 boost::json::object owner_patch(const std::string& pod, const std::string& uid);
 
-boost::json::object build_namespace(const std::string& name, const std::string& sandbox_label,
-                                    const std::string& token, const std::string& created_at);
+boost::json::object build_namespace(const std::string& name, const std::string& sandbox_label, const std::string& token,
+                                    const std::string& created_at);
 boost::json::object build_resource_quota(const RawProviderOptions& options, const std::string& sandbox_label);
 boost::json::object build_limit_range(const RawProviderOptions& options, const std::string& sandbox_label);
 

@@ -119,10 +119,10 @@ Result<Target> resolve_id(const RawProviderOptions& options, const std::string& 
             proto::validate_dns1123_label(ns).empty()) {
             std::string want = namespace_for(options, pod);
             if (ns != want)
-                return fail(errc::invalid_argument,
-                            "sandbox " + id + " is in namespace " + ns + ", but this provider's sandboxes live in " +
-                                (options.namespace_per_sandbox ? std::string("their own namespaces")
-                                                               : "namespace " + want));
+                return fail(
+                    errc::invalid_argument,
+                    "sandbox " + id + " is in namespace " + ns + ", but this provider's sandboxes live in " +
+                        (options.namespace_per_sandbox ? std::string("their own namespaces") : "namespace " + want));
             return Target{ns, pod, std::nullopt, id};
         }
     }

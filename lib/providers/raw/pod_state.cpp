@@ -91,9 +91,10 @@ Evaluation evaluate_pod(const json::object& pod) {
                 std::string message = string_at(t, "message");
                 ev.state = PodState::failed;
                 ev.dead = true;
-                ev.error = make_error(errc::pod_failed, "pod " + name + " container " + cname + " terminated (exit " +
-                                                            std::to_string(code) + (reason.empty() ? "" : ", " + reason) +
-                                                            ")" + (message.empty() ? "" : ": " + message));
+                ev.error =
+                    make_error(errc::pod_failed, "pod " + name + " container " + cname + " terminated (exit " +
+                                                     std::to_string(code) + (reason.empty() ? "" : ", " + reason) +
+                                                     ")" + (message.empty() ? "" : ": " + message));
                 ev.error.reason = reason.empty() ? "Terminated" : reason;
                 return ev;
             }
@@ -170,8 +171,7 @@ SandboxInfo info_of(const json::object& pod) {
             auto orig = originals.find(user);
             if (orig != originals.end() && orig->value().is_string())
                 info.labels[user] = std::string(orig->value().get_string());
-            else
-                info.labels[user] = std::string(v.get_string());
+            else info.labels[user] = std::string(v.get_string());
         }
     }
     return info;

@@ -12,9 +12,9 @@ namespace kubesandbox {
 
 namespace asio = boost::asio;
 namespace json = boost::json;
+using raw::StatePtr;
 using std::chrono::steady_clock;
 using std::chrono::system_clock;
-using raw::StatePtr;
 using util::label_of;
 using util::metadata_of;
 using util::string_at;
@@ -50,7 +50,8 @@ asio::awaitable<Result<std::unique_ptr<PodExecSandbox>>> RawProvider::get_or_cre
         auto got = co_await st->client.get(path);
         if (got) {
             if (label_of(*got, keys::managed_by) != keys::managed_by_value)
-                co_return fail(errc::already_exists, "pod " + ns + "/" + name + " exists and is not managed by kubesandbox");
+                co_return fail(errc::already_exists,
+                               "pod " + ns + "/" + name + " exists and is not managed by kubesandbox");
             if (target->label && label_of(*got, keys::sandbox_id) != *target->label)
                 co_return fail(errc::already_exists, "pod " + ns + "/" + name + " belongs to another sandbox (" +
                                                          label_of(*got, keys::sandbox_id) + ")");
@@ -59,8 +60,9 @@ asio::awaitable<Result<std::unique_ptr<PodExecSandbox>>> RawProvider::get_or_cre
             if (ev.dead || abandoned) {
                 // A dead or terminating pod would block its id forever: replace it.
                 if (!options.create_if_missing)
-                    co_return fail(errc::not_found, "sandbox " + id + " is gone: " +
-                                                        (abandoned ? std::string("its setup was abandoned") : ev.error.message));
+                    co_return fail(errc::not_found,
+                                   "sandbox " + id + " is gone: " +
+                                       (abandoned ? std::string("its setup was abandoned") : ev.error.message));
                 auto deadline = steady_clock::now() + cfg.startup_timeout;
                 std::string uid = string_at(metadata_of(*got), "uid");
                 if (!raw::being_deleted(*got)) {
@@ -68,14 +70,15 @@ asio::awaitable<Result<std::unique_ptr<PodExecSandbox>>> RawProvider::get_or_cre
                     dopts.grace_period_seconds = 0;  // it is dead: nothing to shut down gracefully
                     dopts.precondition_uid = uid;
                     auto d = co_await st->client.remove(path, std::move(dopts));
-                    if (!d && !d.error().is(errc::not_found) && !d.error().is(errc::conflict)) co_return fail(d.error());
+                    if (!d && !d.error().is(errc::not_found) && !d.error().is(errc::conflict))
+                        co_return fail(d.error());
                 }
                 auto gone = co_await raw::wait_gone(st, ns, name, uid, deadline);
                 if (!gone) co_return fail(gone.error());
             } else {
                 if (ev.state == raw::PodState::failed) co_return fail(ev.error);
-                auto w = co_await raw::wait_ready(st, ns, name, std::move(*got), steady_clock::now() + cfg.startup_timeout,
-                                                  true);
+                auto w = co_await raw::wait_ready(st, ns, name, std::move(*got),
+                                                  steady_clock::now() + cfg.startup_timeout, true);
                 if (!w) co_return fail(w.error());
                 {
                     std::lock_guard lock(st->mutex);
@@ -100,7 +103,8 @@ asio::awaitable<Result<std::unique_ptr<PodExecSandbox>>> RawProvider::get_or_cre
         co_return R(raw::make_sandbox(st, ns, name, id));
     }
 
-    if (!options.create_if_missing) co_return fail(errc::invalid_argument, "create_if_missing=false needs a sandbox_id");
+    if (!options.create_if_missing)
+        co_return fail(errc::invalid_argument, "create_if_missing=false needs a sandbox_id");
     if (cfg.warm_pool_size > 0) {
         auto claimed = co_await raw::claim_warm(st, options.labels, options.ttl_seconds, options.ttl_idle_seconds);
         raw::spawn_refill(st);

@@ -36,12 +36,15 @@ asio::awaitable<Result<void>> wait_ready(StatePtr st, std::string ns, std::strin
     if (ev.state == PodState::ready) co_return Result<void>{};
     if (ev.state == PodState::failed) co_return fail(ev.error);
     std::string rv = resource_version_of(initial);
-    auto deleted_error = [&] { return make_error(errc::pod_failed, "pod " + ns + "/" + name + " was deleted while starting"); };
+    auto deleted_error = [&] {
+        return make_error(errc::pod_failed, "pod " + ns + "/" + name + " was deleted while starting");
+    };
     int watch_failures = 0;
     while (steady_clock::now() < deadline) {
         auto remaining = std::chrono::duration_cast<std::chrono::seconds>(deadline - steady_clock::now()).count() + 1;
         if (rv.empty() || watch_failures > 0) {
-            auto got_or = co_await util::until_deadline(get_owned(st, pods_path(ns).with_name(name)), deadline, nullptr);
+            auto got_or =
+                co_await util::until_deadline(get_owned(st, pods_path(ns).with_name(name)), deadline, nullptr);
             if (!got_or) break;
             auto& got = *got_or;
             if (!got) {
@@ -64,7 +67,8 @@ asio::awaitable<Result<void>> wait_ready(StatePtr st, std::string ns, std::strin
         wo.field_selector = "metadata.name=" + name;
         wo.resource_version = rv;
         wo.timeout_seconds = static_cast<int>(remaining);
-        auto stream_or = co_await util::until_deadline(watch_owned(st, pods_path(ns), std::move(wo)), deadline, nullptr);
+        auto stream_or =
+            co_await util::until_deadline(watch_owned(st, pods_path(ns), std::move(wo)), deadline, nullptr);
         if (!stream_or) break;
         if (!*stream_or) {
             ++watch_failures;
