@@ -176,6 +176,7 @@ void scenario_concurrent(asio::io_context& io, LocalCluster& cluster, const Env&
         if (!r.spawned || r.status != 0 || errors != 0 || wall <= 0 ||
             lat.size() != static_cast<std::size_t>(sz.concurrent_calls)) {
             failures.push_back("exec client: exit " + std::to_string(r.status) + ", errors " + std::to_string(errors));
+            for (const auto& p : pods) describe_pod(env, ns, p);
         } else {
             const std::string name = "5 " + std::to_string(sz.concurrent_calls) + " concurrent execute, " +
                                      std::to_string(sz.concurrent_sandboxes) + " sandboxes, 1 thread";

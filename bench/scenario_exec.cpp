@@ -84,6 +84,7 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
                     std::string why =
                         r ? "exit code " + std::to_string(r->exit_code.value_or(-1)) : r.error().describe();
                     failures.push_back("execute true: " + why);
+                    describe_pod(env, ns, pod);
                     co_return;
                 }
                 if (i > 0) ours.push_back(d);

@@ -208,6 +208,9 @@ ProcResult run_process(const std::vector<std::string>& argv, const std::vector<s
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     if (capture) posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     else posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    // Our sockets and pidfds (Asio does not set CLOEXEC) stay out of the peer: a descriptor the
+    // child holds keeps its epoll registration alive in the cluster after we close it.
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
 
     pid_t pid = 0;
     auto t0 = Clock::now();
@@ -237,6 +240,17 @@ ProcResult run_process(const std::vector<std::string>& argv, const std::vector<s
     res.max_rss_kb = ru.ru_maxrss;
     res.cpu_seconds = cpu_of(ru);
     return res;
+}
+
+void describe_pod(const Env& env, const std::string& ns, const std::string& pod) {
+    if (!env.kubectl) return;
+    auto status = run_process({"kubectl", "get", "pod", "-n", ns, pod, "-o",
+                               "jsonpath={.status.phase} {.status.reason} {.status.containerStatuses[0].state} "
+                               "{.status.containerStatuses[0].lastState}"},
+                              env.kubectl_env(), true);
+    std::cerr << "pod " << ns << "/" << pod << ": " << status.out << "\n";
+    auto logs = run_process({"kubectl", "logs", "-n", ns, pod, "--tail=20"}, env.kubectl_env(), true);
+    std::cerr << "pod " << ns << "/" << pod << " log:\n" << logs.out << "\n";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -125,6 +125,8 @@ struct Env {
     std::string self_exe;
     std::vector<std::string> kubectl_env() const { return {"KUBECONFIG=" + kubeconfig.string()}; }
 };
+// When a scenario's pod stops answering: its phase, container state and log, to stderr.
+void describe_pod(const Env& env, const std::string& ns, const std::string& pod);
 inline std::vector<std::string> kubectl_exec_argv(const std::string& ns, const std::string& pod,
                                                   const std::vector<std::string>& cmd) {
     std::vector<std::string> a{"kubectl", "exec", "-n", ns, pod, "-c", "sandbox", "--"};

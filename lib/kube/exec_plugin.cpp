@@ -1,5 +1,7 @@
 #include "kube/exec_plugin.hpp"
 
+#include "util/child_process.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -8,7 +10,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -80,31 +81,12 @@ asio::awaitable<void> read_all(asio::posix::stream_descriptor& sd, std::string& 
 }
 
 // Waits for `pid` to exit and reaps it. `status` stays -1 when the status could not be
-// collected (someone else reaped the child). Uses the pidfd when there is one, else polls.
+// collected (someone else reaped the child); `exited` stays false when the wait was cancelled.
 asio::awaitable<void> wait_exit(asio::posix::stream_descriptor* pidfd, pid_t pid, int& status, bool& exited) {
-    auto executor = co_await asio::this_coro::executor;
-    asio::steady_timer poll(executor);
-    for (;;) {
-        int st = 0;
-        pid_t r = ::waitpid(pid, &st, WNOHANG);
-        if (r == pid) {
-            status = st;
-            exited = true;
-            co_return;
-        }
-        if (r < 0 && errno != EINTR) {
-            exited = true;  // ECHILD: reaped elsewhere
-            co_return;
-        }
-        if (pidfd != nullptr) {
-            auto [ec] = co_await pidfd->async_wait(asio::posix::descriptor_base::wait_read, tuple_awaitable);
-            if (ec) co_return;
-        } else {
-            poll.expires_after(std::chrono::milliseconds(10));
-            auto [ec] = co_await poll.async_wait(tuple_awaitable);
-            if (ec) co_return;
-        }
-    }
+    auto reaped = co_await util::reap_child(pidfd, pid);
+    if (!reaped) co_return;
+    status = *reaped;
+    exited = true;
 }
 
 std::string describe_stderr(std::string err, bool truncated) {
@@ -257,7 +239,7 @@ asio::awaitable<Result<Credential>> ExecCredentialProvider::run_plugin() {
     asio::posix::stream_descriptor out_sd(executor_, out_r.release());
     asio::posix::stream_descriptor err_sd(executor_, err_r.release());
     std::optional<asio::posix::stream_descriptor> pidfd_sd;
-    if (int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); pidfd >= 0) pidfd_sd.emplace(executor_, pidfd);
+    if (int pidfd = util::open_pidfd(pid); pidfd >= 0) pidfd_sd.emplace(executor_, pidfd);
     asio::posix::stream_descriptor* pidfd_ptr = pidfd_sd ? &*pidfd_sd : nullptr;
 
     std::string out, err;

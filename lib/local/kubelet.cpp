@@ -6,6 +6,7 @@
 #include "local/kubelet_plan.hpp"
 #include "local/port_forward.hpp"
 #include "proto/status.hpp"
+#include "util/child_process.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_executor.hpp>
@@ -28,7 +29,6 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -94,12 +94,19 @@ std::optional<std::int64_t> num(const json::object& o, std::string_view key) {
     return std::nullopt;
 }
 
-int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
-
 int exit_code_of(int wstatus) {
     if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
     if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
     return 255;
+}
+
+// Waits for our child `pid` to exit and reaps it: its exit code, or 255 when that is unknown.
+// The pidfd is borrowed (duplicated), so the caller keeps its own.
+asio::awaitable<int> reap_child(asio::any_io_executor executor, int pidfd, pid_t pid) {
+    std::optional<asio::posix::stream_descriptor> sd;
+    if (int own = pidfd >= 0 ? ::fcntl(pidfd, F_DUPFD_CLOEXEC, 0) : -1; own >= 0) sd.emplace(executor, own);
+    auto status = co_await util::reap_child(sd ? &*sd : nullptr, pid);
+    co_return status&&* status != -1 ? exit_code_of(*status) : 255;
 }
 
 // Descendants of `pid` (by /proc/<pid>/task/*/children), deepest last.
@@ -634,7 +641,7 @@ struct Core {
             p.pid = -1;
             return std::string("failed to start the container: ") + std::strerror(err);
         }
-        p.pidfd = pidfd_open(p.pid);
+        p.pidfd = util::open_pidfd(p.pid);
         if (!isolation) p.inner_pid = p.pid;
         return info_rd;
     }
@@ -659,14 +666,7 @@ struct Core {
     }
 
     asio::awaitable<void> wait_exit(int pidfd, pid_t pid, int& code) {
-        code = 255;
-        if (pidfd >= 0) {
-            asio::posix::stream_descriptor sd(executor, ::dup(pidfd));
-            co_await sd.async_wait(asio::posix::stream_descriptor::wait_read, tuple_awaitable);
-        }
-        int st = 0;
-        pid_t r = ::waitpid(pid, &st, pidfd >= 0 ? WNOHANG : 0);
-        if (r == pid) code = exit_code_of(st);
+        code = co_await reap_child(executor, pidfd, pid);
     }
 
     asio::awaitable<int> read_child_pid(Fd fd) {
@@ -703,6 +703,19 @@ struct Core {
             timer.expires_after(5ms);
             co_await timer.async_wait(tuple_awaitable);
         }
+    }
+
+    // A container that fails on its own is worth a line: with restartPolicy Never its pod is over.
+    void log_container_exit(const PodRecord& p, int code, std::chrono::steady_clock::time_point begun) const {
+        auto ran = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - begun);
+        std::string line = "pod " + p.ns + "/" + p.name + ": container exited with code " + std::to_string(code) +
+                           (code > 128 ? " (signal " + std::to_string(code - 128) + ")" : std::string()) + " after " +
+                           std::to_string(ran.count()) + " ms";
+        std::ifstream in(p.dir / "container.log", std::ios::binary);
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (text.size() > 2000) text.erase(0, text.size() - 2000);
+        if (!text.empty()) line += "; last output: " + text;
+        log(line);
     }
 
     asio::awaitable<void> run_pod(std::shared_ptr<PodRecord> p) {
@@ -770,6 +783,7 @@ struct Core {
                 p->pid = -1;
                 p->inner_pid = 0;
                 if (gone()) co_return;
+                if (code != 0 && !p->stopping && !p->deadline_hit) log_container_exit(*p, code, begun);
             }
             p->ready = false;
             p->started = false;
@@ -1193,14 +1207,9 @@ struct ExecSession {
     }
 
     asio::awaitable<int> wait_process() {
-        int code = 255;
-        if (pidfd >= 0) {
-            asio::posix::stream_descriptor sd(ws.get_executor(), pidfd);
-            pidfd = -1;
-            co_await sd.async_wait(asio::posix::stream_descriptor::wait_read, tuple_awaitable);
-        }
-        int st = 0;
-        if (::waitpid(pid, &st, 0) == pid) code = exit_code_of(st);
+        int code = co_await reap_child(ws.get_executor(), pidfd, pid);
+        if (pidfd >= 0) ::close(pidfd);
+        pidfd = -1;
         exited = true;
         error_code ignored;
         in_sd.close(ignored);
@@ -1418,7 +1427,7 @@ asio::awaitable<void> Kubelet::serve_exec(StreamRequest request) {
         co_return;
     }
     s.pid = pid;
-    s.pidfd = pidfd_open(pid);
+    s.pidfd = util::open_pidfd(pid);
     core->exec_pids.insert(pid);
     for (int fd : {in_w.fd, out_r.fd, err_r.fd}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     s.in_sd.assign(in_w.release());

@@ -18,6 +18,8 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 #include <fstream>
 #include <future>
@@ -161,6 +163,12 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
     Impl* raw = impl.get();
     asio::co_spawn(impl->ioc, raw->accept_loop(), asio::detached);
     impl->thread = std::thread([raw] {
+        // The kubelet writes to pipes whose reader may have exited (a command that ignores its
+        // stdin): that must be EPIPE on this thread, never a SIGPIPE that ends the host process.
+        sigset_t pipe_only;
+        sigemptyset(&pipe_only);
+        sigaddset(&pipe_only, SIGPIPE);
+        pthread_sigmask(SIG_BLOCK, &pipe_only, nullptr);
         for (;;) {
             try {
                 raw->ioc.run();

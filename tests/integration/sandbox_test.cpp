@@ -224,6 +224,29 @@ TEST_F(SandboxTest, FilesRoundTripByteExactWithHostileNames) {
     });
 }
 
+// The command exits without reading its stdin: the cluster's writes of the rest meet a closed
+// pipe. That is an error for this upload only (EPIPE), never a SIGPIPE that ends the process.
+TEST_F(SandboxTest, LargeUploadToAPathThatFailsEarlyLosesNothingElse) {
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create_pod();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        const std::string big(8 * 1024 * 1024, 'z');  // far beyond a pipe's buffer
+        for (int round = 0; round < 3; ++round) {
+            std::vector<std::pair<std::string, std::string>> files{{"/workspace", big}, {"/etc/hosts", big}};
+            auto up = co_await (*sb)->upload_files(files);
+            EXPECT_TRUE(up.has_value()) << (up ? "" : up.error().describe());
+            if (!up) co_return;
+            EXPECT_EQ((*up)[0].error, std::optional<std::string>("is_directory"));
+            EXPECT_EQ((*up)[1].error, std::optional<std::string>("permission_denied"));
+        }
+        auto after = co_await (*sb)->execute("echo alive");
+        EXPECT_TRUE(after && after->output == "alive\n");
+        co_await p.delete_sandbox((*sb)->pod_name());
+    });
+}
+
 TEST_F(SandboxTest, StdinStreamsThroughV5Close) {
     auto p = provider();
     run([&]() -> asio::awaitable<void> {

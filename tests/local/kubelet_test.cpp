@@ -10,6 +10,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
@@ -17,7 +18,9 @@
 
 #include <gtest/gtest.h>
 
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -27,6 +30,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+extern char** environ;
 
 namespace {
 
@@ -444,6 +449,42 @@ TEST_F(KubeletTest, PodsInheritNoHostSockets) {
     auto pod = running_pod("fds");
     auto r = exec(pod, {"sh", "-c", "for p in /proc/[0-9]*; do ls -l $p/fd/ 2>/dev/null; done | grep -c socket:"});
     EXPECT_EQ(r.out, "0\n") << r.err;
+}
+
+// The reactor's readiness reports can be spurious. One way to make them: a socket Asio opened
+// (not close-on-exec) is closed while a child process still holds a copy, so its epoll
+// registration stays behind and its events reach whichever descriptor reuses the slot. A
+// wake-up of a pod's exit wait must not be taken for the container's exit.
+TEST_F(KubeletTest, StaleEpollRegistrationsDoNotEndARunningPod) {
+    tcp::acceptor listener(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    listener.listen();
+    std::vector<tcp::socket> clients, servers;
+    for (int i = 0; i < 8; ++i) {
+        clients.emplace_back(io_);
+        clients.back().connect(listener.local_endpoint());
+        servers.push_back(listener.accept());
+        // Registered with the reactor, as every socket a server reads from is.
+        clients.back().async_wait(tcp::socket::wait_read, [](boost::system::error_code) {});
+    }
+    // The child inherits every descriptor and keeps them open while it sleeps.
+    pid_t child = -1;
+    char sleep_arg[] = "sleep", seconds[] = "5";
+    char* argv[] = {sleep_arg, seconds, nullptr};
+    ASSERT_EQ(::posix_spawnp(&child, "sleep", nullptr, nullptr, argv, environ), 0);
+    for (auto& c : clients) c.close();  // still open in the child: registrations stay behind
+    io_.restart();
+    io_.poll();
+    auto pod = start(make_pod("stale", "busybox", json::array{"sleep", "3600"}, "Never"));
+    EXPECT_TRUE(run_until([&] { return running(pod); }));
+    // Data for the closed sockets: events for registrations whose slots are now the pod's.
+    for (auto& s : servers) {
+        boost::system::error_code ec;
+        asio::write(s, asio::buffer("x", 1), ec);
+    }
+    run_until([] { return false; }, 500ms);
+    EXPECT_TRUE(running(pod)) << json::serialize(*last(pod));
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
 }
 
 std::vector<int> processes_mentioning(const std::string& needle) {
