@@ -1,0 +1,177 @@
+// Inside the local kubelet: pod records and the supervisor (Core) that its files share.
+//   kubelet.cpp       pod lifecycle: start, readiness, restarts, deadlines, deletion, status
+//   kubelet_exec.cpp  exec over the WebSocket channel protocol, and port-forward
+//   kubelet_logs.cpp  container logs (tail, limits, follow)
+//   kubelet_setup.cpp host layout, busybox image root, isolation probe
+//   process.cpp       spawning, reaping and finding child processes
+#pragma once
+
+#include "local/kubelet.hpp"
+#include "local/kubelet_plan.hpp"
+#include "local/process.hpp"
+#include "net/any_stream.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/http/status.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace kubesandbox::local {
+
+namespace kubelet_detail {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+namespace fs = std::filesystem;
+
+inline constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+
+// Lenient readers of the pod object (a missing or mistyped field reads as empty).
+std::string str(const json::object& o, std::string_view key);
+const json::object& obj(const json::object& o, std::string_view key);
+const json::array& arr(const json::object& o, std::string_view key);
+std::optional<std::int64_t> num(const json::object& o, std::string_view key);
+std::string now_time();
+
+// Resolves the container of an exec/log request; on failure returns the 400 message.
+std::optional<std::string> pick_container(const json::object& pod, bool has_container, std::string& container);
+
+// A one-shot HTTP answer on a stream request's connection (which is then closed).
+asio::awaitable<void> write_response(net::AnyStream& stream, unsigned version, boost::beast::http::status status,
+                                     std::string content_type, std::string body);
+asio::awaitable<void> write_status(net::AnyStream& stream, unsigned version, unsigned code, std::string_view reason,
+                                   std::string message);
+
+// ---------------------------------------------------------------------------------------------
+// Pod bookkeeping
+
+struct PodRecord {
+    explicit PodRecord(asio::any_io_executor ex) : timer(ex), deadline_timer(ex), grace_timer(ex) {}
+    std::string ns, name, uid;
+    json::object pod;
+    fs::path dir;
+    std::string container_name, image, image_id;
+    std::optional<ContainerPlan> plan;
+
+    std::string phase = "Pending";
+    std::string reason, message;  // pod-level
+    json::object state;           // containerStatuses[0].state
+    json::object last_state;
+    bool ready = false;
+    bool started = false;
+    int restart_count = 0;
+    std::string container_id;
+    std::string start_time;
+    json::object base_status;  // qosClass and PodScheduled from the API server
+    std::map<std::string, std::pair<std::string, std::string>> transitions;  // type -> (status, time)
+
+    pid_t pid = -1;     // bwrap (or the command without isolation)
+    int inner_pid = 0;  // first process inside the sandbox: namespace anchor for exec/port-forward
+    int pidfd = -1;
+    bool stopping = false;  // deletionTimestamp seen
+    bool removed = false;   // gone from the store / kubelet shut down
+    bool deadline_hit = false;
+    bool finished = false;  // terminal status written
+    bool running() const { return pid > 0 && inner_pid > 0 && state.contains("running"); }
+
+    asio::steady_timer timer;           // back-off waits
+    asio::steady_timer deadline_timer;  // activeDeadlineSeconds
+    asio::steady_timer grace_timer;     // SIGKILL after the grace period
+};
+
+struct Core {
+    asio::any_io_executor executor;
+    KubeletOptions options;
+    PodStatusWriter writer;
+    std::string problem;
+    bool isolation = false;
+    bool shut_down = false;
+    HostLayout layout;
+    std::map<std::string, std::shared_ptr<PodRecord>> pods;  // uid -> pod (incl. being removed)
+    std::set<pid_t> exec_pids;                               // running exec processes (groups)
+
+    fs::path pods_dir() const { return options.data_dir / "pods"; }
+
+    void log(const std::string& line) const { options.logger.warning("local cluster kubelet: " + line); }
+
+    // ---- setup ----
+
+    void prepare_layout();
+
+    // Makes a directory the sandbox user (the outer uid when we are root) can write.
+    void make_dir(const fs::path& p);
+
+    bool build_busybox_root(std::string& why);
+
+    // The configured bubblewrap program in place of the plain name bwrap_argv puts in.
+    void use_bwrap_program(std::vector<std::string>& argv) const;
+
+    // Runs a throw-away sandbox the way pods run: namespaces + a bind from data_dir.
+    void probe_isolation();
+
+    // ---- status ----
+
+    json::object build_status(PodRecord& p);
+
+    void publish(const std::shared_ptr<PodRecord>& p);
+
+    std::weak_ptr<void> alive_token;
+
+    // ---- processes ----
+
+    // Starts the container; fills pid/pidfd; returns the bwrap info pipe (read end) or an error text.
+    std::variant<Fd, std::string> start(PodRecord& p);
+
+    void kill_pod(PodRecord& p, int sig);
+
+    asio::awaitable<void> wait_exit(int pidfd, pid_t pid, int& code);
+
+    asio::awaitable<int> read_child_pid(Fd fd);
+
+    // bwrap reports child-pid before the sandbox is set up; the sandbox is complete once its
+    // init has forked the command and the command has exec'd (exec/nsenter joins only then).
+    asio::awaitable<void> wait_sandbox_ready(PodRecord& p);
+
+    // A container that fails on its own is worth a line: with restartPolicy Never its pod is over.
+    void log_container_exit(const PodRecord& p, int code, std::chrono::steady_clock::time_point begun) const;
+
+    asio::awaitable<void> run_pod(std::shared_ptr<PodRecord> p);
+
+    asio::awaitable<void> run_deadline(std::shared_ptr<PodRecord> p, std::int64_t seconds);
+
+    asio::awaitable<void> run_grace(std::shared_ptr<PodRecord> p, std::int64_t seconds);
+
+    void remove_pod_dir(const std::shared_ptr<PodRecord>& p);
+
+    asio::awaitable<void> reap_removed(std::shared_ptr<PodRecord> p);
+
+    // Detached pod coroutines may outlive the Kubelet object: each holds the Core alive.
+    void spawn(asio::awaitable<void> a);
+    std::weak_ptr<Core> self;
+};
+
+}  // namespace kubelet_detail
+
+struct Kubelet::Impl {
+    std::shared_ptr<kubelet_detail::Core> core;
+    std::shared_ptr<int> alive = std::make_shared<int>(0);
+};
+
+}  // namespace kubesandbox::local

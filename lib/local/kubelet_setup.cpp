@@ -1,0 +1,173 @@
+// The local kubelet's host preparation: what of the host a pod sees, the busybox image root,
+// and whether bubblewrap can isolate pods here at all.
+#include "local/kubelet_core.hpp"
+#include "util/random.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <system_error>
+
+namespace kubesandbox::local::kubelet_detail {
+
+using boost::system::error_code;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::uint32_t kOuterUid = 65534;  // host "nobody": owner of sandbox processes when we are root
+
+}  // namespace
+
+void Core::prepare_layout() {
+    for (const char* name : {"bin", "lib", "lib32", "lib64", "libx32", "sbin", "etc"}) {
+        fs::path p = fs::path("/") / name;
+        error_code ec;
+        auto st = fs::symlink_status(p, ec);
+        if (ec) continue;
+        if (fs::is_symlink(st)) {
+            layout.symlinks[name] = fs::read_symlink(p, ec).string();
+        } else if (fs::is_directory(st)) {
+            layout.dirs.push_back(name);
+        }
+    }
+    if (::geteuid() == 0) layout.outer_uid = kOuterUid;
+    layout.busybox_root = options.data_dir / "images" / "busybox";
+}
+
+void Core::make_dir(const fs::path& p) {
+    error_code ec;
+    fs::create_directories(p, ec);
+    if (layout.outer_uid) {
+        if (::chown(p.c_str(), *layout.outer_uid, *layout.outer_uid) != 0)
+            log("chown " + p.string() + ": " + std::strerror(errno));
+    }
+}
+
+bool Core::build_busybox_root(std::string& why) {
+    fs::path root = layout.busybox_root;
+    error_code ec;
+    if (fs::exists(root / "bin" / "busybox", ec)) return true;
+    fs::path source;
+    for (const char* c : {"/bin/busybox", "/usr/bin/busybox"}) {
+        if (fs::exists(c, ec)) source = c;
+    }
+    if (source.empty()) {
+        why = "busybox images need a static busybox (apt-get install busybox-static)";
+        return false;
+    }
+    fs::path tmp = root.string() + ".tmp" + util::random_hex(3);
+    fs::create_directories(tmp / "bin", ec);
+    for (const char* d : {"usr/bin", "usr/sbin", "sbin", "etc", "root", "home", "var", "proc", "dev", "tmp"}) {
+        fs::create_directories(tmp / d, ec);
+    }
+    fs::copy_file(source, tmp / "bin" / "busybox", fs::copy_options::overwrite_existing, ec);
+    if (ec) {
+        why = "copying busybox: " + ec.message();
+        return false;
+    }
+    // Applets at their usual places (busybox --list-full), as symlinks to /bin/busybox.
+    Fd out;
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return false;
+    Fd rd(p[0]);
+    out = Fd(p[1]);
+    Spawn s{{source.string(), "--list-full"}, {"PATH=/usr/bin:/bin"}, {{out.fd, 1}}, false};
+    pid_t pid = s.run();
+    out.reset();
+    std::string list;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(rd.fd, buf, sizeof buf)) > 0) list.append(buf, static_cast<std::size_t>(n));
+    if (pid > 0) {
+        int st;
+        ::waitpid(pid, &st, 0);
+    }
+    std::istringstream lines(list);
+    std::string applet;
+    while (std::getline(lines, applet)) {
+        if (applet.empty() || applet == "bin/busybox") continue;
+        fs::path link = tmp / applet;
+        fs::create_directories(link.parent_path(), ec);
+        fs::create_symlink("/bin/busybox", link, ec);
+    }
+    std::ofstream(tmp / "etc" / "passwd")
+        << "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n";
+    std::ofstream(tmp / "etc" / "group") << "root:x:0:\nnogroup:x:65534:\n";
+    fs::rename(tmp, root, ec);
+    if (ec && !fs::exists(root / "bin" / "busybox")) {
+        why = "installing the busybox root: " + ec.message();
+        return false;
+    }
+    fs::remove_all(tmp, ec);
+    return true;
+}
+
+void Core::use_bwrap_program(std::vector<std::string>& argv) const {
+    if (options.bwrap_program.empty() || options.bwrap_program == "bwrap") return;
+    for (auto& a : argv)
+        if (a == "bwrap") {
+            a = options.bwrap_program;
+            return;
+        }
+}
+
+void Core::probe_isolation() {
+    fs::path probe = options.data_dir / "pods" / ".probe";
+    make_dir(probe);
+    ContainerPlan plan;
+    plan.root.kind = ImageRoot::Kind::host;
+    plan.argv = {"true"};
+    plan.working_dir = "/probe";
+    plan.uid = 1000;
+    plan.gid = 1000;
+    plan.mounts.push_back(MountPlan{"", probe, "/probe", false});
+    auto argv = bwrap_argv(plan, layout, "probe", 3, {});
+    use_bwrap_program(argv);
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) {
+        problem = "pipe failed";
+        return;
+    }
+    Fd rd(p[0]), wr(p[1]);
+    Fd err(::open((options.data_dir / "pods" / ".probe.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    Spawn s{argv, {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}, {{wr.fd, 3}}, true};
+    if (err.fd >= 0) s.dups.push_back({err.fd, 2});
+    pid_t pid = s.run();
+    wr.reset();
+    if (pid < 0) {
+        problem =
+            "cannot start bubblewrap (" + argv[0] + "): " + std::strerror(-pid) + "; install the bubblewrap package";
+        return;
+    }
+    int st = 0;
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (::waitpid(pid, &st, WNOHANG) == 0) {
+        if (std::chrono::steady_clock::now() > deadline) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &st, 0);
+            problem = "bubblewrap did not finish a trivial sandbox within 10 s";
+            return;
+        }
+        ::usleep(5000);
+    }
+    if (exit_code_of(st) != 0) {
+        std::ifstream in(options.data_dir / "pods" / ".probe.log");
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+        problem = "bubblewrap cannot create the pod namespaces here (exit " + std::to_string(exit_code_of(st)) +
+                  "): " + text + " (user namespaces must be enabled; data_dir must be reachable by uid " +
+                  std::to_string(layout.outer_uid.value_or(::geteuid())) + ")";
+        return;
+    }
+    isolation = true;
+}
+
+}  // namespace kubesandbox::local::kubelet_detail
