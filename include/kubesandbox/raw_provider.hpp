@@ -102,7 +102,8 @@ public:
     // per-sandbox namespaces whose pod is gone (older than startup_timeout + 60 s).
     boost::asio::awaitable<Result<CleanupResult>> cleanup(std::optional<std::chrono::seconds> max_idle) override;
 
-    // Creates warm pods until warm_pool_size are present; returns how many it created.
+    // Creates warm pods until warm_pool_size are alive (dead warm pods are deleted and replaced);
+    // returns how many it created.
     boost::asio::awaitable<Result<int>> ensure_warm_pool();
     boost::asio::awaitable<Result<PoolStatus>> pool_status() override;
     boost::asio::awaitable<Result<ProviderStats>> stats() override;

@@ -981,6 +981,42 @@ TEST_F(RawProviderTest, CleanupReapsDeadPodsAndFailedWarmPods) {
     });
 }
 
+// A warm pod that died can never be claimed: topping the pool up deletes it and starts a
+// replacement, instead of counting it out and leaving the pool short for good.
+TEST_F(RawProviderTest, DeadWarmPodsAreReplacedWhenThePoolIsToppedUp) {
+    RawProviderOptions cfg;
+    cfg.command = {"sh", "-c", "sleep 2; exit 1"};
+    cfg.warm_pool_size = 1;
+    cfg.env["POOL"] = "dead-warm";  // a config (hash) of its own
+    auto p = provider(cfg);
+    run([&]() -> asio::awaitable<void> {
+        auto filled = co_await p->ensure_warm_pool();
+        EXPECT_TRUE(filled && *filled == 1);
+        ListSandboxesOptions all;
+        all.include_warm = true;
+        std::string dead;
+        for (int i = 0; i < 100 && dead.empty(); ++i) {
+            co_await sleep_for(200ms);
+            auto page = co_await p->list(all);
+            if (page)
+                for (auto& item : page->items)
+                    if (item.status == "failed") dead = item.id;
+        }
+        EXPECT_FALSE(dead.empty());
+        auto refilled = co_await p->ensure_warm_pool();
+        EXPECT_TRUE(refilled && *refilled == 1) << (refilled ? std::to_string(*refilled) : refilled.error().describe());
+        auto page = co_await p->list(all);
+        EXPECT_TRUE(page);
+        if (page) {
+            for (auto& item : page->items) EXPECT_NE(item.id, dead) << "the dead warm pod is still there";
+        }
+        auto r = co_await p->cleanup();
+        EXPECT_TRUE(r) << r.error().describe();
+        if (page)
+            for (auto& item : page->items) co_await p->delete_sandbox(item.id);
+    });
+}
+
 // Review 4b: policies and per-sandbox namespaces whose pod is gone are swept (young ones are
 // spared: a creation may be in flight).
 TEST_F(RawProviderTest, CleanupSweepsOrphanPoliciesAndNamespaces) {

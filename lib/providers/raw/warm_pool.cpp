@@ -22,13 +22,22 @@ using util::string_at;
 namespace {
 
 // Warm pods of this configuration that are alive (starting ones too, or concurrent refills
-// overshoot).
+// overshoot). Dead ones can never be claimed: they are deleted here, so the refill replaces
+// them instead of leaving the pool short for good.
 asio::awaitable<Result<int>> count_warm(StatePtr st) {
     auto pods = co_await list_all(st, list_path(st->options), warm_selector(st->options, st->config_hash));
     if (!pods) co_return fail(pods.error());
     int n = 0;
-    for (const auto& pod : *pods)
-        if (evaluate_sandbox(pod, true).state != PodState::failed) ++n;
+    for (const auto& pod : *pods) {
+        if (evaluate_sandbox(pod, true).state != PodState::failed) {
+            ++n;
+            continue;
+        }
+        const auto& m = metadata_of(pod);
+        if (m.contains("deletionTimestamp")) continue;
+        auto removed = co_await delete_objects(st, string_at(m, "namespace"), string_at(m, "name"), std::nullopt, true);
+        if (!removed) st->options.logger.warning("dead warm pod not deleted: " + removed.error().describe());
+    }
     co_return n;
 }
 
