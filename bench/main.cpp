@@ -3,10 +3,11 @@
 // concurrent executes on one io_context thread. Where a peer exists (real kubectl) it is measured
 // in the same run against the same cluster, so ratios compare like with like.
 //
-//   kubesandbox_bench [--quick | --smoke] [--only=1,2,...]
+//   kubesandbox_bench [--quick | --smoke] [--only=1,2,...] [--json=FILE]
 //
 // --quick scales every size down 10x, --smoke runs each scenario with tiny sizes (a test that
-// keeps this program from rotting). Results go to stdout as a Markdown table; progress to stderr.
+// keeps this program from rotting). Results go to stdout as a Markdown table (and with --json to
+// FILE as JSON lines, one per row, with the peer and ratio); progress to stderr.
 #include "support.hpp"
 
 #include <kubesandbox/kube_client.hpp>
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
     Sizes sz;
     std::string mode = "full";
     std::set<int> only;
+    std::string json_path;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--quick") {
@@ -94,12 +96,14 @@ int main(int argc, char** argv) {
         } else if (a == "--smoke") {
             sz = smoke_sizes();
             mode = "smoke";
+        } else if (a.rfind("--json=", 0) == 0) {
+            json_path = a.substr(7);
         } else if (a.rfind("--only=", 0) == 0) {
             std::stringstream ss(a.substr(7));
             std::string item;
             while (std::getline(ss, item, ',')) only.insert(std::atoi(item.c_str()));
         } else {
-            std::cerr << "usage: kubesandbox_bench [--quick | --smoke] [--only=1,2,3,4,5]\n";
+            std::cerr << "usage: kubesandbox_bench [--quick | --smoke] [--only=1,2,3,4,5] [--json=FILE]\n";
             return 2;
         }
     }
@@ -166,6 +170,11 @@ int main(int argc, char** argv) {
                  "the slowest and fastest runs. Speed-up: the peer's median time over ours, or our MB/s over the\n"
                  "peer's. kubectl rows include starting the kubectl process, as a user pays it.\n";
     std::cout << "total " << fmt(seconds_since(total0)) << " s\n";
+    if (!json_path.empty()) {
+        std::ofstream json_out(json_path);
+        write_json_lines(json_out);
+        if (!json_out) failures.push_back("cannot write " + json_path);
+    }
     for (const auto& f : failures) std::cerr << "FAILED: " << f << "\n";
 
     cluster.reset();

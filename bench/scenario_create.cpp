@@ -203,7 +203,7 @@ void scenario_cold_warm(asio::io_context& io, LocalCluster& cluster, const Sizes
 
     Row c = latency_row("1 sandbox ready", "RawProvider cold get_or_create", cold_lat);
     Row w = latency_row("1 sandbox ready", "RawProvider warm-pool claim", warm_lat);
-    w.versus = speedup(w, c, "cold create");
+    compare_to_peer(w, c, "cold create");
     rows.push_back(c);
     rows.push_back(w);
     run_on(

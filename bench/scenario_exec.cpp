@@ -103,7 +103,7 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
             if (i > 0) theirs.push_back(r.seconds);
         }
         Row peer = latency_row("2 exec round trip `true`", "kubectl exec (process incl.)", theirs);
-        our_rt.versus = speedup(our_rt, peer, "kubectl");
+        compare_to_peer(our_rt, peer, "kubectl");
         rows.push_back(our_rt);
         rows.push_back(peer);
     } else {
@@ -155,7 +155,7 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
             their_cpu.push_back(r.cpu_seconds);
         }
         Row peer = throughput_row(tp_name, "kubectl exec > /dev/null", their_tp, static_cast<double>(bytes));
-        our_row.versus = speedup(our_row, peer, "kubectl");
+        compare_to_peer(our_row, peer, "kubectl");
         rows.push_back(our_row);
         rows.push_back(peer);
     } else {
@@ -164,7 +164,7 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
     Row our_cpu_row = latency_row(tp_name, "client CPU per run: PodExecSandbox::execute", our_cpu);
     if (!their_cpu.empty()) {
         Row peer_cpu = latency_row(tp_name, "client CPU per run: kubectl process", their_cpu);
-        our_cpu_row.versus = speedup(our_cpu_row, peer_cpu, "kubectl", true);
+        compare_to_peer(our_cpu_row, peer_cpu, "kubectl", true);
         rows.push_back(our_cpu_row);
         rows.push_back(peer_cpu);
     } else {

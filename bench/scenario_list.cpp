@@ -149,7 +149,7 @@ void scenario_list(asio::io_context& io, LocalCluster& cluster, const Env& env, 
             if (rep > 0) theirs.push_back(r.seconds);
         }
         Row peer = latency_row(name, "kubectl get --chunk-size -o name", theirs);
-        our_row.versus = speedup(our_row, peer, "kubectl");
+        compare_to_peer(our_row, peer, "kubectl");
         rows.push_back(our_row);
         rows.push_back(peer);
     } else {

@@ -15,6 +15,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -148,15 +149,17 @@ Row single_row(std::string scenario, std::string variant, std::string unit, doub
 }
 
 // "x2.5 vs kubectl": how many times faster the first row is than the second, by the median.
-std::string speedup(const Row& ours, const Row& peer, const std::string& peer_name, bool cpu) {
-    if (ours.median <= 0 || peer.median <= 0) return {};
+void compare_to_peer(Row& ours, const Row& peer, const std::string& peer_name, bool cpu) {
+    if (ours.median <= 0 || peer.median <= 0) return;
     double f = ours.unit == "MB/s" ? ours.median / peer.median : peer.median / ours.median;
     char buf[96];
     const char* better = cpu ? "less CPU" : "faster";
     const char* worse = cpu ? "more CPU" : "slower";
     if (f >= 1) std::snprintf(buf, sizeof buf, "%.2fx %s than %s", f, better, peer_name.c_str());
     else std::snprintf(buf, sizeof buf, "%.2fx %s than %s", 1 / f, worse, peer_name.c_str());
-    return buf;
+    ours.versus = buf;
+    ours.peer = peer_name;
+    ours.ratio = f;
 }
 
 std::vector<Row> rows;
@@ -168,6 +171,19 @@ void print_table(std::ostream& out) {
     for (const auto& r : rows) {
         out << "| " << r.scenario << " | " << r.variant << " | " << r.n << " | " << fmt(r.median) << " | " << fmt(r.p99)
             << " | " << fmt(r.best) << " | " << fmt(r.mean) << " | " << r.unit << " | " << r.versus << " |\n";
+    }
+}
+
+void write_json_lines(std::ostream& out) {
+    for (const auto& r : rows) {
+        json::object o{{"scenario", r.scenario}, {"variant", r.variant}, {"metric", "median"}, {"n", r.n},
+                       {"value", r.median},      {"p99", r.p99},         {"best", r.best},     {"mean", r.mean},
+                       {"unit", r.unit}};
+        if (!r.peer.empty()) {
+            o["peer"] = r.peer;
+            o["ratio"] = r.ratio;
+        }
+        out << json::serialize(o) << "\n";
     }
 }
 

@@ -51,6 +51,8 @@ struct Row {
     std::string unit;
     double median = 0, p99 = 0, best = 0, mean = 0;
     std::string versus{};  // speed-up against the peer row, "" when none
+    std::string peer{};    // the peer's name when compared
+    double ratio = 0;      // > 1: better than the peer by that factor (time, rate or CPU)
 };
 
 struct ProcResult {
@@ -71,11 +73,15 @@ std::string fmt(double v);
 Row latency_row(std::string scenario, std::string variant, const std::vector<double>& secs);
 Row throughput_row(std::string scenario, std::string variant, const std::vector<double>& secs, double bytes);
 Row single_row(std::string scenario, std::string variant, std::string unit, double value);
-std::string speedup(const Row& ours, const Row& peer, const std::string& peer_name, bool cpu = false);
+// Fills ours.versus/peer/ratio from the two medians.
+void compare_to_peer(Row& ours, const Row& peer, const std::string& peer_name, bool cpu = false);
 
 extern std::vector<Row> rows;              // the results table, in scenario order
 extern std::vector<std::string> failures;  // any entry makes the run fail
 void print_table(std::ostream& out);
+// One JSON object per row: scenario, variant, metric, n, value (median), p99, best, mean, unit,
+// peer, ratio.
+void write_json_lines(std::ostream& out);
 
 double cpu_of(const struct rusage& ru);
 ProcResult run_process(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env, bool capture);
