@@ -31,13 +31,6 @@
 
 namespace kubesandbox::local {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace json = boost::json;
-using boost::system::error_code;
-using namespace std::chrono_literals;
-
 ObjectPtr ApiServer::Impl::remove_now(const ResourceType& t, const ObjectKey& key) {
     auto last = store.remove(t.id(), key);
     if (!last) return last;
@@ -236,7 +229,7 @@ std::variant<DeleteOptions, Response> ApiServer::Impl::delete_options(const Requ
     if (auto g = int_param(req.query, "gracePeriodSeconds")) opts.grace = *g;
     if (auto it = req.query.find("propagationPolicy"); it != req.query.end()) opts.propagation = it->second;
     if (auto it = req.query.find("orphanDependents"); it != req.query.end())
-        opts.propagation = it->second == "true" ? "Orphan" : "Background";
+        opts.propagation = parse_bool(it->second) ? "Orphan" : "Background";
     opts.dry_run = dry_run(req);
     if (!req.msg.body().empty()) {
         error_code ec;

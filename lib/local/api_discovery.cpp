@@ -31,13 +31,6 @@
 
 namespace kubesandbox::local {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace json = boost::json;
-using boost::system::error_code;
-using namespace std::chrono_literals;
-
 json::object version_json() {
     return json::object{{"major", "1"},
                         {"minor", "32"},

@@ -32,13 +32,6 @@
 
 namespace kubesandbox::local {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace json = boost::json;
-using boost::system::error_code;
-using namespace std::chrono_literals;
-
 std::variant<ApiServer::Impl::Selectors, Response> ApiServer::Impl::selectors(const Request& req,
                                                                               const ResourceType& t) {
     Selectors s;

@@ -31,13 +31,6 @@
 
 namespace kubesandbox::local {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace json = boost::json;
-using boost::system::error_code;
-using namespace std::chrono_literals;
-
 ApiServer::Impl::Impl(asio::any_io_executor ex, ApiServerOptions opts, FaultList& f)
     : executor(std::move(ex)), options(std::move(opts)), faults(f) {
     store.on_event = [this](const StoreEvent& ev) { dispatch_event(ev); };

@@ -31,13 +31,6 @@
 
 namespace kubesandbox::local {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace json = boost::json;
-using boost::system::error_code;
-using namespace std::chrono_literals;
-
 bool parse_target(std::string_view target, Request& req) {
     auto u = boost::urls::parse_origin_form(target);
     if (!u) return false;

@@ -31,13 +31,6 @@
 
 namespace kubesandbox::local {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace json = boost::json;
-using boost::system::error_code;
-using namespace std::chrono_literals;
-
 std::string human_age(const json::object& o) {
     std::string ts = string_at(metadata_of(o), "creationTimestamp");
     std::tm tm{};

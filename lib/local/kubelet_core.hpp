@@ -106,6 +106,8 @@ struct Core {
     HostLayout layout;
     std::map<std::string, std::shared_ptr<PodRecord>> pods;  // uid -> pod (incl. being removed)
     std::set<pid_t> exec_pids;                               // running exec processes (groups)
+    std::weak_ptr<void> alive_token;                         // expires with the Kubelet object
+    std::weak_ptr<Core> self;
 
     fs::path pods_dir() const { return options.data_dir / "pods"; }
 
@@ -131,8 +133,6 @@ struct Core {
     json::object build_status(PodRecord& p);
 
     void publish(const std::shared_ptr<PodRecord>& p);
-
-    std::weak_ptr<void> alive_token;
 
     // ---- processes ----
 
@@ -164,7 +164,6 @@ struct Core {
 
     // Detached pod coroutines may outlive the Kubelet object: each holds the Core alive.
     void spawn(asio::awaitable<void> a);
-    std::weak_ptr<Core> self;
 };
 
 }  // namespace kubelet_detail

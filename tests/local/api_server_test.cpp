@@ -765,6 +765,11 @@ TEST(LocalApi, OwnerReferenceGarbageCollection) {
     auto d2 = h.get(std::string(cms) + "/dep2");
     ASSERT_EQ(d2.status, 200u);
     EXPECT_FALSE(d2.obj().at("metadata").as_object().contains("ownerReferences"));
+    // The deprecated query form, with any spelling of true Go's ParseBool takes.
+    auto r4 = owner_of("o4");
+    ASSERT_EQ(dependent("dep4", r4), 201u);
+    ASSERT_EQ(h.del(std::string(claims) + "/o4?orphanDependents=1").status, 200u);
+    EXPECT_EQ(h.get(std::string(cms) + "/dep4").status, 200u);
     // Foreground: dependent with its own finalizer keeps the owner around.
     auto r3 = owner_of("o3");
     auto cm = configmap("dep3");
