@@ -223,7 +223,7 @@ void Core::kill_pod(PodRecord& p, int sig) {
 }
 
 asio::awaitable<void> Core::wait_exit(int pidfd, pid_t pid, int& code) {
-    code = co_await reap_child(executor, pidfd, pid);
+    code = (co_await reap_child(executor, pidfd, pid)).value_or(255);
 }
 
 asio::awaitable<int> Core::read_child_pid(Fd fd) {
@@ -265,9 +265,11 @@ void Core::log_container_exit(const PodRecord& p, int code, std::chrono::steady_
     std::string line = "pod " + p.ns + "/" + p.name + ": container exited with code " + std::to_string(code) +
                        (code > 128 ? " (signal " + std::to_string(code - 128) + ")" : std::string()) + " after " +
                        std::to_string(ran.count()) + " ms";
-    std::ifstream in(p.dir / "container.log", std::ios::binary);
+    constexpr std::streamoff kTail = 2000;  // the log may be large: only its end is read
+    std::ifstream in(p.dir / "container.log", std::ios::binary | std::ios::ate);
+    std::streamoff size = in ? static_cast<std::streamoff>(in.tellg()) : 0;
+    in.seekg(std::max<std::streamoff>(0, size - kTail));
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (text.size() > 2000) text.erase(0, text.size() - 2000);
     if (!text.empty()) line += "; last output: " + text;
     log(line);
 }

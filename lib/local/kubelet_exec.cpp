@@ -166,6 +166,11 @@ struct ExecSession {
     using Ws = websocket::stream<ExecStream>;
     ExecSession(asio::any_io_executor ex, net::AnyStream& s, beast::flat_buffer& pre)
         : ws(s, pre, sniffer), gate(ex), in_sd(ex), out_sd(ex), err_sd(ex), close_timer(ex), watch_timer(ex) {}
+    ~ExecSession() {
+        if (pidfd >= 0) ::close(pidfd);
+    }
+    ExecSession(const ExecSession&) = delete;
+    ExecSession& operator=(const ExecSession&) = delete;
     FrameSniffer sniffer;
     Ws ws;
     WriteGate gate;
@@ -252,9 +257,12 @@ struct ExecSession {
     }
 
     asio::awaitable<int> wait_process() {
-        int code = co_await reap_child(ws.get_executor(), pidfd, pid);
-        if (pidfd >= 0) ::close(pidfd);
-        pidfd = -1;
+        auto reaped = co_await reap_child(ws.get_executor(), pidfd, pid);
+        if (!reaped) {
+            kill_process();  // cancelled: the command must not outlive its session
+            co_return 255;
+        }
+        int code = *reaped;
         exited = true;
         error_code ignored;
         in_sd.close(ignored);

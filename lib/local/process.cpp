@@ -26,12 +26,12 @@ int exit_code_of(int wstatus) {
     return 255;
 }
 
-asio::awaitable<int> reap_child(asio::any_io_executor executor, int pidfd, pid_t pid) {
+asio::awaitable<std::optional<int>> reap_child(asio::any_io_executor executor, int pidfd, pid_t pid) {
     std::optional<asio::posix::stream_descriptor> sd;
     if (int own = pidfd >= 0 ? ::fcntl(pidfd, F_DUPFD_CLOEXEC, 0) : -1; own >= 0) sd.emplace(executor, own);
     auto status = co_await util::reap_child(sd ? &*sd : nullptr, pid);
-    if (!status || *status == -1) co_return 255;
-    co_return exit_code_of(*status);
+    if (!status) co_return std::nullopt;
+    co_return *status == -1 ? 255 : exit_code_of(*status);
 }
 
 std::vector<pid_t> descendants(pid_t pid) {

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,9 +18,9 @@ namespace kubesandbox::local {
 // A wait status as a container runtime reports it: the exit code, or 128 + the signal.
 int exit_code_of(int wstatus);
 
-// Waits for our child `pid` to exit and reaps it: its exit code, or 255 when that is unknown.
-// The pidfd is borrowed (duplicated), so the caller keeps its own.
-boost::asio::awaitable<int> reap_child(boost::asio::any_io_executor executor, int pidfd, pid_t pid);
+// Waits for our child `pid` to exit and reaps it: its exit code (255 when someone else reaped
+// it), or nullopt when the wait was cancelled. The pidfd is borrowed (duplicated).
+boost::asio::awaitable<std::optional<int>> reap_child(boost::asio::any_io_executor executor, int pidfd, pid_t pid);
 
 // Descendants of `pid` (by /proc/<pid>/task/*/children), deepest last.
 std::vector<pid_t> descendants(pid_t pid);
