@@ -1,31 +1,14 @@
 // Delete with preconditions, grace periods, garbage collection of dependents and namespace termination.
 #include <algorithm>
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
-#include <boost/url/parse.hpp>
-#include <charconv>
-#include <ctime>
-#include <list>
-#include <set>
-#include <sstream>
 #include <variant>
 #include "local/api_server_impl.hpp"
-#include "local/known_fields.hpp"
 #include "local/kubelet.hpp"
-#include "local/protobuf_objects.hpp"
 #include "local/store.hpp"
-#include "proto/label_selector.hpp"
-#include "proto/patch.hpp"
 #include "proto/status.hpp"
-#include "proto/validation.hpp"
 #include "util/json_access.hpp"
 #include "util/time_format.hpp"
 
@@ -34,14 +17,7 @@ namespace kubesandbox::local {
 ObjectPtr ApiServer::Impl::remove_now(const ResourceType& t, const ObjectKey& key) {
     auto last = store.remove(t.id(), key);
     if (!last) return last;
-    if (t.group.empty() && t.plural == "pods") {
-        auto uid = string_at(metadata_of(*last), "uid");
-        if (auto it = pod_grace_timers.find(uid); it != pod_grace_timers.end()) {
-            it->second->cancel();
-            pod_grace_timers.erase(it);
-        }
-        if (kubelet) kubelet->pod_deleted(*last);
-    }
+    if (auto removed = rules_for(t).removed) removed(*this, *last);
     collect_dependents(metadata_of(*last), "Background");
     finish_foreground_owners();
     return last;
@@ -99,7 +75,7 @@ void ApiServer::Impl::finish_foreground_owners() {
                 remove_finalizer(copy, "foregroundDeletion");
                 ObjectKey k = key;
                 if (has_finalizers(copy)) store.put(t.id(), std::move(copy));
-                else if (t.group.empty() && t.plural == "pods") {
+                else if (rules_for(t).deletion == Deletion::graceful) {
                     store.put(t.id(), std::move(copy));
                     continue;
                 } else remove_now(t, k);
@@ -117,9 +93,10 @@ ApiServer::Impl::DeleteResult ApiServer::Impl::delete_object(const ResourceType&
     if (!cur) return {};
     const auto& m = metadata_of(*cur);
     std::string policy = opts.propagation.empty() ? "Background" : opts.propagation;
-    if (t.group.empty() && t.plural == "namespaces") return {begin_namespace_deletion(key.name), nullptr};
+    const KindRules& rules = rules_for(t);
+    if (rules.deletion == Deletion::namespace_lifecycle) return {begin_namespace_deletion(key.name), nullptr};
     if (policy == "Orphan") collect_dependents(m, "Orphan");
-    bool is_pod = t.group.empty() && t.plural == "pods";
+    bool is_pod = rules.deletion == Deletion::graceful;
     if (policy == "Foreground" && !dependents_of(string_at(m, "uid"), string_at(m, "namespace")).empty()) {
         json::object copy = *cur;
         auto& cm = copy["metadata"].as_object();
@@ -204,7 +181,7 @@ void ApiServer::Impl::purge_namespace(const std::string& name) {
             if (res.remaining) {
                 // Finalizers of other controllers: we own none of them, so drop them.
                 json::object copy = *res.remaining;
-                if (!(t.group.empty() && t.plural == "pods")) {
+                if (rules_for(t).deletion != Deletion::graceful) {
                     copy["metadata"].as_object().erase("finalizers");
                     store.put(t.id(), std::move(copy));
                     remove_now(t, key);
@@ -270,8 +247,8 @@ Response ApiServer::Impl::delete_item(const Request& req, const Route& r) {
         return conflict(t, r.name,
                         "Precondition failed: ResourceVersion in precondition: " + opts.precondition_rv +
                             ", ResourceVersion in object meta: " + string_at(m, "resourceVersion"));
-    if (t.group.empty() && t.plural == "namespaces" &&
-        (r.name == "default" || r.name == "kube-system" || r.name == "kube-public"))
+    const auto& undeletable = rules_for(t).undeletable_names;
+    if (std::find(undeletable.begin(), undeletable.end(), r.name) != undeletable.end())
         return status_response(403, "Forbidden",
                                "namespaces \"" + r.name + "\" is forbidden: this namespace may not be deleted",
                                res_details(t, r.name));

@@ -1,33 +1,10 @@
 // Discovery: /version, /api, /apis and the openapi documents kubectl reads.
 #include <algorithm>
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
-#include <boost/url/parse.hpp>
-#include <charconv>
-#include <ctime>
-#include <list>
-#include <set>
-#include <sstream>
-#include <variant>
 #include "local/api_server_impl.hpp"
-#include "local/known_fields.hpp"
-#include "local/kubelet.hpp"
-#include "local/protobuf_objects.hpp"
 #include "local/store.hpp"
-#include "proto/label_selector.hpp"
-#include "proto/patch.hpp"
-#include "proto/status.hpp"
-#include "proto/validation.hpp"
 #include "util/json_access.hpp"
-#include "util/time_format.hpp"
 
 namespace kubesandbox::local {
 
@@ -61,8 +38,11 @@ json::object resource_list(const std::string& group_version, const std::string& 
             for (auto& s : t.short_names) sn.push_back(json::value(s));
             r["shortNames"] = sn;
         }
-        if (t.custom || !t.group.empty()) r["categories"] = json::array{"all"};
-        else if (t.plural == "pods" || t.plural == "services") r["categories"] = json::array{"all"};
+        if (const auto& cats = rules_for(t).categories; !cats.empty()) {
+            json::array a;
+            for (auto c : cats) a.push_back(json::value(json::string(c)));
+            r["categories"] = std::move(a);
+        }
         resources.push_back(r);
         for (const auto& sub : t.subresources) {
             json::object s{{"name", t.plural + "/" + sub}, {"singularName", ""}, {"namespaced", t.namespaced}};
@@ -106,8 +86,7 @@ std::vector<std::string> api_groups() {
     return groups;
 }
 
-Response discovery(ApiServer::Impl& impl, const Request& req, bool& handled) {
-    handled = true;
+std::optional<Response> discovery(ApiServer::Impl& impl, const Request& req) {
     const auto& s = req.segments;
     if (s.size() == 1 && s[0] == "version") return json_response(200, version_json());
     if (s.size() == 1 && (s[0] == "healthz" || s[0] == "livez" || s[0] == "readyz")) {
@@ -145,8 +124,7 @@ Response discovery(ApiServer::Impl& impl, const Request& req, bool& handled) {
                 return json_response(200, resource_list(s[1] + "/" + s[2], s[1], s[2]));
         return server_not_found();
     }
-    handled = false;
-    return {};
+    return std::nullopt;
 }
 
 // OpenAPI v3, only as much as kubectl needs to see that the server validates fields itself

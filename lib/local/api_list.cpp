@@ -1,34 +1,13 @@
 // List with selectors and pagination, delete collection, pod status from the kubelet, and the
 // ApiServer methods.
-#include <algorithm>
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
-#include <boost/url/parse.hpp>
-#include <charconv>
-#include <ctime>
-#include <list>
-#include <set>
-#include <sstream>
 #include <variant>
 #include "local/api_server_impl.hpp"
-#include "local/known_fields.hpp"
-#include "local/kubelet.hpp"
-#include "local/protobuf_objects.hpp"
 #include "local/store.hpp"
 #include "proto/label_selector.hpp"
-#include "proto/patch.hpp"
 #include "proto/status.hpp"
-#include "proto/validation.hpp"
 #include "util/json_access.hpp"
-#include "util/time_format.hpp"
 
 namespace kubesandbox::local {
 

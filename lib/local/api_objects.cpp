@@ -1,28 +1,12 @@
 // Create, update and patch with validation and defaulting, and the watch fan-out.
 #include <algorithm>
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
-#include <boost/url/parse.hpp>
-#include <charconv>
-#include <ctime>
-#include <list>
-#include <set>
-#include <sstream>
 #include <variant>
 #include "local/api_server_impl.hpp"
 #include "local/known_fields.hpp"
-#include "local/kubelet.hpp"
 #include "local/protobuf_objects.hpp"
 #include "local/store.hpp"
-#include "proto/label_selector.hpp"
 #include "proto/patch.hpp"
 #include "proto/status.hpp"
 #include "proto/validation.hpp"
@@ -119,96 +103,6 @@ std::optional<Response> ApiServer::Impl::check_namespace_for_create(const Resour
                                d);
     }
     return std::nullopt;
-}
-
-std::vector<StatusCause> ApiServer::Impl::validate_pod_spec(const json::object& o) {
-    std::vector<StatusCause> causes;
-    auto spec = object_at(o, "spec");
-    const json::value* containers = spec ? spec->if_contains("containers") : nullptr;
-    if (!containers || !containers->is_array() || containers->as_array().empty()) {
-        causes.push_back({"FieldValueRequired", "Required value", "spec.containers"});
-        return causes;
-    }
-    std::set<std::string> names;
-    std::size_t i = 0;
-    for (const auto& c : containers->as_array()) {
-        std::string prefix = "spec.containers[" + std::to_string(i++) + "]";
-        if (!c.is_object()) {
-            causes.push_back({"FieldValueInvalid", "Invalid value: must be an object", prefix});
-            continue;
-        }
-        std::string name = string_at(c.as_object(), "name");
-        if (name.empty()) causes.push_back({"FieldValueRequired", "Required value", prefix + ".name"});
-        else {
-            for (auto& m : proto::validate_dns1123_label(name))
-                causes.push_back(
-                    {"FieldValueInvalid", "Invalid value: " + proto::go_quote(name) + ": " + m, prefix + ".name"});
-            if (!names.insert(name).second)
-                causes.push_back(
-                    {"FieldValueDuplicate", "Duplicate value: " + proto::go_quote(name), prefix + ".name"});
-        }
-        if (string_at(c.as_object(), "image").empty())
-            causes.push_back({"FieldValueRequired", "Required value", prefix + ".image"});
-    }
-    return causes;
-}
-
-void ApiServer::Impl::default_pod(json::object& o) {
-    auto& spec = o["spec"].as_object();
-    if (!spec.contains("restartPolicy")) spec["restartPolicy"] = "Always";
-    if (!spec.contains("terminationGracePeriodSeconds")) spec["terminationGracePeriodSeconds"] = 30;
-    if (!spec.contains("dnsPolicy")) spec["dnsPolicy"] = "ClusterFirst";
-    if (!spec.contains("schedulerName")) spec["schedulerName"] = "default-scheduler";
-    if (!spec.contains("serviceAccountName")) spec["serviceAccountName"] = "default";
-    if (!spec.contains("securityContext")) spec["securityContext"] = json::object{};
-    if (!spec.contains("enableServiceLinks")) spec["enableServiceLinks"] = true;
-    if (!spec.contains("priority")) spec["priority"] = 0;
-    spec["nodeName"] = spec.contains("nodeName") ? spec["nodeName"] : json::value("local");
-    if (auto cs = spec.if_contains("containers"); cs && cs->is_array())
-        for (auto& c : cs->as_array()) {
-            auto& co = c.as_object();
-            if (!co.contains("imagePullPolicy")) {
-                std::string image = string_at(co, "image");
-                bool latest = image.find(':') == std::string::npos || image.ends_with(":latest");
-                co["imagePullPolicy"] = latest ? "Always" : "IfNotPresent";
-            }
-            if (!co.contains("terminationMessagePath")) co["terminationMessagePath"] = "/dev/termination-log";
-            if (!co.contains("terminationMessagePolicy")) co["terminationMessagePolicy"] = "File";
-            if (!co.contains("resources")) co["resources"] = json::object{};
-        }
-    std::string now = util::now_rfc3339();
-    json::object status{
-        {"phase", "Pending"},
-        {"qosClass", "BestEffort"},
-        {"conditions",
-         json::array{json::object{
-             {"type", "PodScheduled"}, {"status", "True"}, {"lastProbeTime", nullptr}, {"lastTransitionTime", now}}}}};
-    o["status"] = status;
-}
-
-void ApiServer::Impl::default_object(const ResourceType& t, json::object& o) {
-    if (!t.group.empty()) return;
-    if (t.plural == "pods") default_pod(o);
-    else if (t.plural == "namespaces") {
-        o["spec"] = json::object{{"finalizers", json::array{"kubernetes"}}};
-        o["status"] = json::object{{"phase", "Active"}};
-        auto& m = o["metadata"].as_object();
-        if (!m.contains("labels") || !m["labels"].is_object()) m["labels"] = json::object{};
-        m["labels"].as_object()["kubernetes.io/metadata.name"] = m["name"];
-    } else if (t.plural == "services") {
-        if (!o.contains("spec") || !o["spec"].is_object()) o["spec"] = json::object{};
-        auto& spec = o["spec"].as_object();
-        if (!spec.contains("type")) spec["type"] = "ClusterIP";
-        if (!spec.contains("clusterIP")) {
-            std::uint64_t n = store.resource_version();
-            spec["clusterIP"] = "10.96." + std::to_string((n / 250) % 250) + "." + std::to_string(n % 250 + 1);
-        }
-        if (!spec.contains("sessionAffinity")) spec["sessionAffinity"] = "None";
-        if (!o.contains("status")) o["status"] = json::object{{"loadBalancer", json::object{}}};
-    } else if (t.plural == "serviceaccounts" || t.plural == "configmaps") {
-    } else if (t.plural == "secrets") {
-        if (!o.contains("type")) o["type"] = "Opaque";
-    }
 }
 
 std::variant<json::object, Response> ApiServer::Impl::parse_body(const Request& req, bool allow_yaml) {
@@ -317,9 +211,10 @@ Response ApiServer::Impl::create(const Request& req, const Route& r) {
                            kind + " does not match " + t.kind);
     auto causes = proto::validate_object_meta(meta, name_rule(t), true);
     std::string name = string_at(meta, "name");
-    if (t.plural == "pods" && t.group.empty()) {
-        auto pc = validate_pod_spec(o);
-        causes.insert(causes.end(), pc.begin(), pc.end());
+    const KindRules& rules = rules_for(t);
+    if (rules.validate) {
+        auto kc = rules.validate(o);
+        causes.insert(causes.end(), kc.begin(), kc.end());
     }
     if (!causes.empty()) return invalid(t, name.empty() ? string_at(meta, "generateName") : name, causes);
     if (name.empty()) {
@@ -343,10 +238,10 @@ Response ApiServer::Impl::create(const Request& req, const Route& r) {
     o["apiVersion"] = t.api_version(t.versions.front());
     o["kind"] = t.kind;
     if (t.custom) meta["generation"] = 1;
-    default_object(t, o);
+    if (rules.defaults) rules.defaults(*this, o);
     if (dry_run(req)) return json_response(201, present(t, r.version, o));
     auto stored = store.put(t.id(), std::move(o));
-    if (t.group.empty() && t.plural == "pods" && kubelet) kubelet->pod_changed(*stored);
+    if (rules.stored) rules.stored(*this, *stored);
     return json_response(201, present(t, r.version, *stored));
 }
 
@@ -389,16 +284,9 @@ Response ApiServer::Impl::update_object(const Request& req, const Route& r, cons
         else incoming.erase("status");
     }
     auto& m2 = incoming["metadata"].as_object();
-    if (t.group.empty() && t.plural == "pods" && r.sub != "status") {
-        auto pc = validate_pod_spec(incoming);
-        if (!pc.empty()) return invalid(t, r.name, pc);
-        if (auto resp = check_pod_update(t, r.name, current, incoming)) return *resp;
-    }
-    if (t.group.empty() && t.plural == "namespaces") {
-        if (auto s = current.if_contains("spec")) incoming["spec"] = *s;
-        if (r.sub != "status") {
-            if (auto s = current.if_contains("status")) incoming["status"] = *s;
-        }
+    const KindRules& rules = rules_for(t);
+    if (rules.on_update) {
+        if (auto resp = rules.on_update(r, current, incoming)) return *resp;
     }
     incoming["apiVersion"] = t.api_version(t.versions.front());
     incoming["kind"] = t.kind;
@@ -416,61 +304,13 @@ Response ApiServer::Impl::update_object(const Request& req, const Route& r, cons
     if (dry_run(req)) return json_response(200, present(t, r.version, incoming));
     bool deleting = m2.contains("deletionTimestamp");
     auto stored = store.put(t.id(), std::move(incoming));
-    if (deleting && !has_finalizers(*stored) &&
-        !(t.group.empty() && (t.plural == "pods" || t.plural == "namespaces"))) {
+    if (deleting && !has_finalizers(*stored) && rules.deletion == Deletion::immediate) {
         // The last finalizer went away: the object is gone.
         auto last = remove_now(t, {r.ns, r.name});
         return json_response(200, present(t, r.version, last ? *last : *stored));
     }
-    if (t.group.empty() && t.plural == "pods" && kubelet && r.sub != "status") kubelet->pod_changed(*stored);
+    if (rules.stored && r.sub != "status") rules.stored(*this, *stored);
     return json_response(200, present(t, r.version, *stored));
-}
-
-std::optional<Response> ApiServer::Impl::check_pod_update(const ResourceType& t, const std::string& name,
-                                                          const json::object& cur, const json::object& next) {
-    auto cs = object_at(cur, "spec");
-    auto ns = object_at(next, "spec");
-    if (!cs || !ns) return std::nullopt;
-    // Mutable: containers[*].image, initContainers[*].image, activeDeadlineSeconds, tolerations (additions).
-    json::object a = *cs, b = *ns;
-    for (auto key : {"containers", "initContainers"}) {
-        auto ca = a.if_contains(key);
-        auto cb = b.if_contains(key);
-        if (ca && cb && ca->is_array() && cb->is_array() && ca->as_array().size() == cb->as_array().size()) {
-            for (std::size_t i = 0; i < ca->as_array().size(); ++i) {
-                auto& x = ca->as_array()[i];
-                auto& y = cb->as_array()[i];
-                if (x.is_object() && y.is_object()) {
-                    x.as_object().erase("image");
-                    y.as_object().erase("image");
-                }
-            }
-        }
-    }
-    a.erase("activeDeadlineSeconds");
-    b.erase("activeDeadlineSeconds");
-    auto ta = a.if_contains("tolerations");
-    auto tb = b.if_contains("tolerations");
-    bool tolerations_ok = true;
-    if (tb && tb->is_array()) {
-        if (ta && ta->is_array()) {
-            for (auto& x : ta->as_array())
-                if (std::find(tb->as_array().begin(), tb->as_array().end(), x) == tb->as_array().end())
-                    tolerations_ok = false;
-        }
-    } else if (ta && ta->is_array() && !ta->as_array().empty()) {
-        tolerations_ok = false;
-    }
-    a.erase("tolerations");
-    b.erase("tolerations");
-    if (a == b && tolerations_ok) return std::nullopt;
-    return invalid(t, name,
-                   {{"FieldValueForbidden",
-                     "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
-                     "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
-                     "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it "
-                     "to be set to 1 if it was previously negative)",
-                     "spec"}});
 }
 
 Response ApiServer::Impl::replace(const Request& req, const Route& r) {

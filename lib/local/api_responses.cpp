@@ -1,33 +1,11 @@
 // Status responses and small helpers shared by the handlers.
-#include <algorithm>
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
-#include <boost/url/parse.hpp>
-#include <charconv>
-#include <ctime>
-#include <list>
-#include <set>
-#include <sstream>
-#include <variant>
 #include "local/api_server_impl.hpp"
-#include "local/known_fields.hpp"
-#include "local/kubelet.hpp"
-#include "local/protobuf_objects.hpp"
 #include "local/store.hpp"
-#include "proto/label_selector.hpp"
-#include "proto/patch.hpp"
 #include "proto/status.hpp"
 #include "proto/validation.hpp"
 #include "util/json_access.hpp"
-#include "util/time_format.hpp"
 
 namespace kubesandbox::local {
 
@@ -141,17 +119,8 @@ std::optional<std::int64_t> int_param(const std::map<std::string, std::string>& 
 
 std::vector<std::string_view> selectable_fields(const ResourceType& t) {
     std::vector<std::string_view> f{"metadata.name", "metadata.namespace"};
-    if (t.group.empty() && t.plural == "pods")
-        for (auto s : {"spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
-                       "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName"})
-            f.push_back(s);
-    if (t.group.empty() && t.plural == "namespaces") f.push_back("status.phase");
-    if (t.group.empty() && t.plural == "secrets") f.push_back("type");
-    if (t.group.empty() && t.plural == "events")
-        for (auto s : {"involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
-                       "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
-                       "reason", "reportingComponent", "source", "type"})
-            f.push_back(s);
+    const auto& extra = rules_for(t).selectable_fields;
+    f.insert(f.end(), extra.begin(), extra.end());
     return f;
 }
 

@@ -1,9 +1,8 @@
-// The local API server's connection loop: authentication, faults, routing to the handlers,
-// watch streams, and handing pod subresources to the kubelet.
+// The local API server's connection loop: reading requests, injected faults, writing
+// responses, watch streams, and handing pod streams to the kubelet. The requests themselves
+// are handled in api_handler.cpp.
 #include <algorithm>
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -11,24 +10,16 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
-#include <boost/url/parse.hpp>
 #include <charconv>
-#include <ctime>
-#include <list>
 #include <set>
 #include <sstream>
 #include <variant>
 #include "local/api_server_impl.hpp"
-#include "local/known_fields.hpp"
 #include "local/kubelet.hpp"
-#include "local/protobuf_objects.hpp"
 #include "local/store.hpp"
 #include "proto/label_selector.hpp"
-#include "proto/patch.hpp"
 #include "proto/status.hpp"
-#include "proto/validation.hpp"
 #include "util/json_access.hpp"
-#include "util/time_format.hpp"
 
 namespace kubesandbox::local {
 
@@ -232,7 +223,8 @@ static asio::awaitable<bool> serve_watch(ApiServer::Impl& impl, Conn& conn, cons
     }
 }
 
-// Routes one request; returns false when the connection must close (or was handed over).
+// Serves one request: faults first, then what handle_request made of it. Returns false when
+// the connection must close (or was handed over).
 static asio::awaitable<bool> handle(ApiServer::Impl& impl, Conn& conn, Request& req) {
     bool keep_alive = req.msg.keep_alive();
     auto send = [&](Response resp) -> asio::awaitable<bool> {
@@ -276,93 +268,20 @@ static asio::awaitable<bool> handle(ApiServer::Impl& impl, Conn& conn, Request& 
         co_return ok;
     }
 
-    if (!parse_target(target, req)) {
-        bool ok = co_await send(bad_request("malformed request target"));
-        co_return ok;
+    Outcome out = handle_request(impl, req);
+    if (auto* watch = std::get_if<WatchStream>(&out)) {
+        bool ok = co_await serve_watch(impl, conn, req, watch->route);
+        co_return ok&& keep_alive;
     }
-    bool public_path = req.segments.size() == 1 && (req.segments[0] == "healthz" || req.segments[0] == "livez" ||
-                                                    req.segments[0] == "readyz" || req.segments[0] == "version");
-    if (!public_path) {
-        std::string_view auth = req.msg[http::field::authorization];
-        bool anonymous = auth.empty() && impl.options.allow_anonymous;
-        if (!anonymous && auth != "Bearer " + impl.options.token) {
-            bool ok = co_await send(status_response(401, "Unauthorized", "Unauthorized"));
-            co_return ok;
-        }
+    if (auto* stream = std::get_if<PodStream>(&out)) {
+        const std::string& sub = stream->route.sub;
+        StreamRequest sr{std::move(conn.stream), std::move(conn.buffer), std::move(req.msg), *stream->pod};
+        if (sub == "exec") co_await impl.kubelet->serve_exec(std::move(sr));
+        else if (sub == "portforward") co_await impl.kubelet->serve_portforward(std::move(sr));
+        else co_await impl.kubelet->serve_log(std::move(sr));
+        co_return false;
     }
-
-    Response resp;
-    bool handled = false;
-    if (req.method == "GET") resp = discovery(impl, req, handled);
-    if (!handled && req.method == "GET" && req.segments.size() >= 2 && req.segments[0] == "openapi") {
-        handled = true;
-        resp = openapi(req.segments);
-    }
-    if (!handled) {
-        bool known_gv = false;
-        auto route = route_of(req.segments, known_gv);
-        std::optional<Response> bad_path;
-        if (route) bad_path = path_names_error(*route);
-        if (!route) {
-            resp = server_not_found();
-        } else if (bad_path) {
-            resp = std::move(*bad_path);
-        } else {
-            const ResourceType& t = *route->type;
-            const std::string& m = req.method;
-            bool watch = false;
-            if (auto it = req.query.find("watch"); it != req.query.end()) watch = parse_bool(it->second);
-            if (route->sub == "exec" || route->sub == "portforward" || route->sub == "log") {
-                auto pod = impl.store.get(t.id(), {route->ns, route->name});
-                if (!pod) {
-                    bool ok = co_await send(not_found(t, route->name));
-                    co_return ok;
-                }
-                if (!impl.kubelet) {
-                    bool ok = co_await send(status_response(503, "ServiceUnavailable", "the kubelet is not running"));
-                    co_return ok;
-                }
-                StreamRequest sr{std::move(conn.stream), std::move(conn.buffer), std::move(req.msg), *pod};
-                if (route->sub == "exec") co_await impl.kubelet->serve_exec(std::move(sr));
-                else if (route->sub == "portforward") co_await impl.kubelet->serve_portforward(std::move(sr));
-                else co_await impl.kubelet->serve_log(std::move(sr));
-                co_return false;
-            }
-            if (route->name.empty()) {
-                if (t.namespaced && !route->namespaced_path && m != "GET")
-                    resp = status_response(405, "MethodNotAllowed",
-                                           m == "POST"
-                                               ? "create is not supported on resources of kind \"" + t.plural + "\""
-                                               : m + " is not supported on resources of kind \"" + t.plural + "\"");
-                else if (m == "GET" && watch) {
-                    bool ok = co_await serve_watch(impl, conn, req, *route);
-                    co_return ok&& keep_alive;
-                } else if (m == "GET") resp = impl.list(req, *route);
-                else if (m == "POST") resp = impl.create(req, *route);
-                else if (m == "DELETE") resp = impl.delete_collection(req, *route);
-                else
-                    resp = status_response(405, "MethodNotAllowed",
-                                           m + " is not supported on resources of kind \"" + t.plural + "\"");
-            } else if (m == "GET") {
-                auto obj = impl.store.get(t.id(), {route->ns, route->name});
-                if (!obj) resp = not_found(t, route->name);
-                else if (wants_table(req.msg) && route->sub.empty()) {
-                    auto io = req.query.find("includeObject");
-                    resp = json_response(
-                        200,
-                        to_table(t, {impl.present(t, route->version, *obj)},
-                                 io != req.query.end() && io->second == "Object",
-                                 json::object{{"resourceVersion", string_at(metadata_of(*obj), "resourceVersion")}}));
-                } else resp = json_response(200, impl.present(t, route->version, *obj));
-            } else if (m == "PUT") resp = impl.replace(req, *route);
-            else if (m == "PATCH") resp = impl.patch(req, *route);
-            else if (m == "DELETE" && route->sub.empty()) resp = impl.delete_item(req, *route);
-            else
-                resp = status_response(405, "MethodNotAllowed",
-                                       m + " is not supported on resources of kind \"" + t.plural + "\"");
-        }
-    }
-    for (const auto& w : req.warnings) resp.headers.emplace_back("Warning", "299 - " + proto::go_quote(w));
+    Response resp = std::get<Response>(std::move(out));
     if (fault && fault->action == FaultRule::Action::drop_mid_body) {
         std::string full = resp.body;
         std::string data =

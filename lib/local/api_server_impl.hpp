@@ -4,6 +4,7 @@
 //   api_tables.cpp     server-side printing (Table) for kubectl
 //   api_discovery.cpp  /version, /api, /apis, openapi
 //   api_routing.cpp    URL -> resource route (pure)
+//   api_kinds.cpp      what pods, namespaces, services... add (KindRules)
 //   api_objects.cpp    create, update, patch, validation, defaulting, watch fan-out
 //   api_delete.cpp     delete, garbage collection, namespace termination
 //   api_list.cpp       list, delete collection, pod status, the ApiServer methods
@@ -133,7 +134,8 @@ bool parse_bool(std::string_view v);
 bool wants_table(const http::request<http::string_body>& msg);
 
 // api_discovery.cpp
-Response discovery(ApiServer::Impl& impl, const Request& req, bool& handled);
+// GET of /version, /healthz, /api, /apis...; nullopt when the path is not one of them.
+std::optional<Response> discovery(ApiServer::Impl& impl, const Request& req);
 Response openapi(const std::vector<std::string>& segments);
 
 // api_routing.cpp
@@ -142,6 +144,33 @@ bool parse_target(std::string_view target, Request& req);
 std::optional<Route> route_of(const std::vector<std::string>& segs, bool& known_group_version);
 // A 400 for names in the path a real server rejects ("..", "/", "%"), or nullopt.
 std::optional<Response> path_names_error(const Route& r);
+
+// How an object's deletion ends once it has started.
+enum class Deletion {
+    immediate,            // removed when no finalizer is left
+    graceful,             // pods: the kubelet stops the containers, then the object goes
+    namespace_lifecycle,  // namespaces: content is purged first
+};
+
+// What a built-in kind adds to the generic object handling (api_kinds.cpp).
+struct KindRules {
+    // Defaults a real server fills in on create.
+    void (*defaults)(ApiServer::Impl&, json::object& o) = nullptr;
+    // Validation beyond metadata, on create.
+    std::vector<StatusCause> (*validate)(const json::object& o) = nullptr;
+    // On update: may reject the change or restore server-owned fields in `next`.
+    std::optional<Response> (*on_update)(const Route& r, const json::object& current, json::object& next) = nullptr;
+    // The object was stored by a create or a spec update (not a status write).
+    void (*stored)(ApiServer::Impl&, const json::object& o) = nullptr;
+    // The object left the store.
+    void (*removed)(ApiServer::Impl&, const json::object& o) = nullptr;
+    Deletion deletion = Deletion::immediate;
+    std::vector<std::string_view> selectable_fields;  // beyond metadata.name and metadata.namespace
+    std::vector<std::string_view> undeletable_names;
+    std::vector<std::string_view> categories;
+};
+
+const KindRules& rules_for(const ResourceType& t);
 
 struct ApiServer::Impl {
     asio::any_io_executor executor;
@@ -182,12 +211,6 @@ struct ApiServer::Impl {
     std::optional<Response> check_namespace_for_create(const ResourceType& t, const std::string& ns,
                                                        const std::string& name);
 
-    std::vector<StatusCause> validate_pod_spec(const json::object& o);
-
-    void default_pod(json::object& o);
-
-    void default_object(const ResourceType& t, json::object& o);
-
     // Parses a JSON object body; a Response on failure.
     std::variant<json::object, Response> parse_body(const Request& req, bool allow_yaml = false);
 
@@ -221,9 +244,6 @@ struct ApiServer::Impl {
     // Applies `incoming` as the new state of `current` (PUT or the result of a PATCH).
     Response update_object(const Request& req, const Route& r, const json::object& current, json::object incoming,
                            bool require_rv);
-
-    std::optional<Response> check_pod_update(const ResourceType& t, const std::string& name, const json::object& cur,
-                                             const json::object& next);
 
     Response replace(const Request& req, const Route& r);
 
@@ -282,5 +302,19 @@ struct ApiServer::Impl {
 
     void write_pod_status(const std::string& ns, const std::string& name, const std::string& uid, json::object status);
 };
+
+// What a request becomes: a response, a watch stream, or a pod stream (exec, attach-like log,
+// port-forward) the connection loop hands to the kubelet with the connection.
+struct WatchStream {
+    Route route;
+};
+struct PodStream {
+    Route route;
+    ObjectPtr pod;
+};
+using Outcome = std::variant<Response, WatchStream, PodStream>;
+
+// api_handler.cpp: authentication, discovery, routing and the verb handlers. No I/O.
+Outcome handle_request(ApiServer::Impl& impl, Request& req);
 
 }  // namespace kubesandbox::local

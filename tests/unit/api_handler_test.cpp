@@ -1,0 +1,235 @@
+// The local API server's request handling, called directly: no sockets, no kubelet.
+#include "local/api_server_impl.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/json.hpp>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+namespace json = boost::json;
+using namespace kubesandbox::local;
+
+class ApiHandlerTest : public ::testing::Test {
+protected:
+    ApiHandlerTest() : impl_(io_.get_executor(), options(), faults_) {}
+
+    static ApiServerOptions options() {
+        ApiServerOptions o;
+        o.token = "secret-token";
+        return o;
+    }
+
+    Outcome call(http::verb method, std::string target, std::string body = {},
+                 std::string content_type = "application/json", bool authorized = true) {
+        Request req;
+        req.msg.method(method);
+        req.msg.target(target);
+        req.msg.version(11);
+        if (authorized) req.msg.set(http::field::authorization, "Bearer secret-token");
+        if (!body.empty()) req.msg.set(http::field::content_type, content_type);
+        req.msg.body() = std::move(body);
+        req.msg.prepare_payload();
+        return handle_request(impl_, req);
+    }
+
+    // The response of a request that must end in one; fails the test otherwise.
+    Response respond(http::verb method, std::string target, std::string body = {},
+                     std::string content_type = "application/json") {
+        auto out = call(method, std::move(target), std::move(body), std::move(content_type));
+        auto* r = std::get_if<Response>(&out);
+        EXPECT_NE(r, nullptr) << "not a plain response";
+        return r ? *r : Response{};
+    }
+
+    static json::object body_of(const Response& r) {
+        auto v = json::parse(r.body);
+        return v.is_object() ? v.as_object() : json::object{};
+    }
+
+    static std::string reason_of(const Response& r) {
+        auto o = body_of(r);
+        auto it = o.find("reason");
+        return it != o.end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
+    }
+
+    asio::io_context io_;
+    FaultList faults_;
+    ApiServer::Impl impl_;
+};
+
+const std::string pod_body = R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"p1"},)"
+                             R"("spec":{"containers":[{"name":"c","image":"busybox"}]}})";
+
+TEST_F(ApiHandlerTest, RequiresTheBearerTokenExceptOnHealthAndVersion) {
+    auto out = call(http::verb::get, "/api/v1/namespaces", {}, {}, false);
+    ASSERT_TRUE(std::holds_alternative<Response>(out));
+    EXPECT_EQ(std::get<Response>(out).status, 401u);
+    out = call(http::verb::get, "/healthz", {}, {}, false);
+    ASSERT_TRUE(std::holds_alternative<Response>(out));
+    EXPECT_EQ(std::get<Response>(out).status, 200u);
+    EXPECT_EQ(std::get<Response>(out).body, "ok");
+    Request wrong;
+    wrong.msg.method(http::verb::get);
+    wrong.msg.target("/api/v1/namespaces");
+    wrong.msg.set(http::field::authorization, "Bearer other");
+    auto denied = handle_request(impl_, wrong);
+    ASSERT_TRUE(std::holds_alternative<Response>(denied));
+    EXPECT_EQ(std::get<Response>(denied).status, 401u);
+}
+
+TEST_F(ApiHandlerTest, CreateGetAndListAConfigMap) {
+    auto created = respond(http::verb::post, "/api/v1/namespaces/default/configmaps",
+                           R"({"metadata":{"name":"cm"},"data":{"k":"v"}})");
+    ASSERT_EQ(created.status, 201u) << created.body;
+    auto got = respond(http::verb::get, "/api/v1/namespaces/default/configmaps/cm");
+    ASSERT_EQ(got.status, 200u);
+    auto o = body_of(got);
+    EXPECT_EQ(o["kind"], "ConfigMap");
+    EXPECT_EQ(o["data"].as_object()["k"], "v");
+    EXPECT_FALSE(o["metadata"].as_object()["uid"].as_string().empty());
+    auto list = respond(http::verb::get, "/api/v1/configmaps");
+    ASSERT_EQ(list.status, 200u);
+    EXPECT_EQ(body_of(list)["items"].as_array().size(), 1u);
+    auto again = respond(http::verb::post, "/api/v1/namespaces/default/configmaps", R"({"metadata":{"name":"cm"}})");
+    EXPECT_EQ(again.status, 409u);
+    EXPECT_EQ(reason_of(again), "AlreadyExists");
+}
+
+TEST_F(ApiHandlerTest, UnknownObjectsAndPathsAreNotFound) {
+    auto missing = respond(http::verb::get, "/api/v1/namespaces/default/configmaps/none");
+    EXPECT_EQ(missing.status, 404u);
+    EXPECT_EQ(reason_of(missing), "NotFound");
+    EXPECT_EQ(respond(http::verb::get, "/api/v1/widgets").status, 404u);
+    EXPECT_EQ(respond(http::verb::get, "/nothing/here").status, 404u);
+    EXPECT_EQ(
+        respond(http::verb::post, "/api/v1/namespaces/no-such-ns/configmaps", R"({"metadata":{"name":"a"}})").status,
+        404u);
+}
+
+TEST_F(ApiHandlerTest, TheRouteTableRefusesVerbsAResourceDoesNotServe) {
+    auto across = respond(http::verb::post, "/api/v1/configmaps", R"({"metadata":{"name":"cm"}})");
+    EXPECT_EQ(across.status, 405u);
+    EXPECT_NE(across.body.find("create is not supported"), std::string::npos) << across.body;
+    ASSERT_EQ(respond(http::verb::post, "/api/v1/namespaces/default/pods", pod_body).status, 201u);
+    EXPECT_EQ(respond(http::verb::delete_, "/api/v1/namespaces/default/pods/p1/status").status, 405u);
+    EXPECT_EQ(respond(http::verb::put, "/api/v1/namespaces/default/pods").status, 405u);
+}
+
+TEST_F(ApiHandlerTest, WatchesAndPodStreamsAreHandedToTheConnectionLoop) {
+    auto watch = call(http::verb::get, "/api/v1/namespaces/default/pods?watch=true&resourceVersion=0");
+    ASSERT_TRUE(std::holds_alternative<WatchStream>(watch));
+    EXPECT_EQ(std::get<WatchStream>(watch).route.ns, "default");
+    EXPECT_EQ(std::get<WatchStream>(watch).route.type->plural, "pods");
+    // python-kubernetes spells it watch=True.
+    EXPECT_TRUE(std::holds_alternative<WatchStream>(call(http::verb::get, "/api/v1/pods?watch=True")));
+    EXPECT_TRUE(std::holds_alternative<Response>(call(http::verb::get, "/api/v1/pods?watch=false")));
+
+    auto no_pod = respond(http::verb::get, "/api/v1/namespaces/default/pods/p1/exec?command=true");
+    EXPECT_EQ(no_pod.status, 404u);
+    ASSERT_EQ(respond(http::verb::post, "/api/v1/namespaces/default/pods", pod_body).status, 201u);
+    // No kubelet here: a real server without its kubelet is unavailable, not broken.
+    auto exec = respond(http::verb::get, "/api/v1/namespaces/default/pods/p1/exec?command=true");
+    EXPECT_EQ(exec.status, 503u);
+}
+
+TEST_F(ApiHandlerTest, PodsGetDefaultsAndTheirSpecIsImmutable) {
+    auto created = respond(http::verb::post, "/api/v1/namespaces/default/pods", pod_body);
+    ASSERT_EQ(created.status, 201u) << created.body;
+    auto pod = body_of(created);
+    EXPECT_EQ(pod["spec"].as_object()["restartPolicy"], "Always");
+    EXPECT_EQ(pod["spec"].as_object()["nodeName"], "local");
+    EXPECT_EQ(pod["status"].as_object()["phase"], "Pending");
+    auto change = respond(http::verb::patch, "/api/v1/namespaces/default/pods/p1",
+                          R"({"spec":{"restartPolicy":"Never"}})", "application/merge-patch+json");
+    EXPECT_EQ(change.status, 422u) << change.body;
+    EXPECT_NE(change.body.find("pod updates may not change fields"), std::string::npos);
+    auto image = respond(http::verb::patch, "/api/v1/namespaces/default/pods/p1",
+                         R"({"spec":{"containers":[{"name":"c","image":"busybox:1"}]}})",
+                         "application/strategic-merge-patch+json");
+    EXPECT_EQ(image.status, 200u) << image.body;
+    auto invalid = respond(http::verb::post, "/api/v1/namespaces/default/pods",
+                           R"({"metadata":{"name":"p2"},"spec":{"containers":[]}})");
+    EXPECT_EQ(invalid.status, 422u);
+    EXPECT_NE(invalid.body.find("spec.containers"), std::string::npos);
+}
+
+TEST_F(ApiHandlerTest, NamespacesKeepTheirSpecAndTheBuiltInOnesCannotBeDeleted) {
+    ASSERT_EQ(respond(http::verb::post, "/api/v1/namespaces", R"({"metadata":{"name":"team"}})").status, 201u);
+    auto patched =
+        respond(http::verb::patch, "/api/v1/namespaces/team",
+                R"({"spec":{"finalizers":[]},"metadata":{"labels":{"a":"b"}}})", "application/merge-patch+json");
+    ASSERT_EQ(patched.status, 200u) << patched.body;
+    auto ns = body_of(patched);
+    EXPECT_EQ(ns["spec"].as_object()["finalizers"].as_array().size(), 1u);
+    EXPECT_EQ(ns["metadata"].as_object()["labels"].as_object()["a"], "b");
+    EXPECT_EQ(respond(http::verb::delete_, "/api/v1/namespaces/default").status, 403u);
+
+    ASSERT_EQ(respond(http::verb::post, "/api/v1/namespaces/team/configmaps", R"({"metadata":{"name":"cm"}})").status,
+              201u);
+    auto deleting = respond(http::verb::delete_, "/api/v1/namespaces/team");
+    ASSERT_EQ(deleting.status, 200u);
+    EXPECT_EQ(body_of(deleting)["status"].as_object()["phase"], "Terminating");
+    auto refused = respond(http::verb::post, "/api/v1/namespaces/team/configmaps", R"({"metadata":{"name":"x"}})");
+    EXPECT_EQ(refused.status, 403u);
+    io_.poll();  // the namespace's content is purged asynchronously
+    EXPECT_EQ(respond(http::verb::get, "/api/v1/namespaces/team/configmaps/cm").status, 404u);
+    EXPECT_EQ(respond(http::verb::get, "/api/v1/namespaces/team").status, 404u);
+}
+
+TEST_F(ApiHandlerTest, ConflictsOnAStaleResourceVersion) {
+    auto created = respond(http::verb::post, "/api/v1/namespaces/default/configmaps",
+                           R"({"metadata":{"name":"cm"},"data":{"k":"1"}})");
+    ASSERT_EQ(created.status, 201u);
+    std::string rv(body_of(created)["metadata"].as_object()["resourceVersion"].as_string());
+    auto put = [&](const std::string& version, const std::string& value) {
+        return respond(
+            http::verb::put, "/api/v1/namespaces/default/configmaps/cm",
+            R"({"metadata":{"name":"cm","resourceVersion":")" + version + R"("},"data":{"k":")" + value + R"("}})");
+    };
+    EXPECT_EQ(put(rv, "2").status, 200u);
+    auto stale = put(rv, "3");
+    EXPECT_EQ(stale.status, 409u);
+    EXPECT_EQ(reason_of(stale), "Conflict");
+}
+
+TEST_F(ApiHandlerTest, UnknownFieldsBecomeWarningsOrErrors) {
+    auto warned =
+        respond(http::verb::post, "/api/v1/namespaces/default/configmaps", R"({"metadata":{"name":"cm"},"bogus":1})");
+    ASSERT_EQ(warned.status, 201u);
+    bool warning = false;
+    for (auto& [k, v] : warned.headers)
+        if (k == "Warning" && v.find("bogus") != std::string::npos) warning = true;
+    EXPECT_TRUE(warning);
+    auto strict = respond(http::verb::post, "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
+                          R"({"metadata":{"name":"cm2"},"bogus":1})");
+    EXPECT_EQ(strict.status, 400u);
+    auto bad_json = respond(http::verb::post, "/api/v1/namespaces/default/configmaps", "{not json");
+    EXPECT_EQ(bad_json.status, 400u);
+}
+
+TEST_F(ApiHandlerTest, FieldSelectorsFollowEachKindsRules) {
+    EXPECT_EQ(respond(http::verb::get, "/api/v1/pods?fieldSelector=status.phase%3DRunning").status, 200u);
+    EXPECT_EQ(respond(http::verb::get, "/api/v1/secrets?fieldSelector=type%3DOpaque").status, 200u);
+    auto unsupported = respond(http::verb::get, "/api/v1/configmaps?fieldSelector=status.phase%3DRunning");
+    EXPECT_EQ(unsupported.status, 400u);
+}
+
+TEST_F(ApiHandlerTest, DiscoveryListsCategoriesFromTheKindRules) {
+    auto resources = respond(http::verb::get, "/api/v1");
+    ASSERT_EQ(resources.status, 200u);
+    std::map<std::string, bool> in_all;
+    auto list = body_of(resources);
+    for (auto& r : list["resources"].as_array()) {
+        auto& o = r.as_object();
+        in_all[std::string(o.at("name").as_string())] = o.contains("categories");
+    }
+    EXPECT_TRUE(in_all["pods"]);
+    EXPECT_TRUE(in_all["services"]);
+    EXPECT_FALSE(in_all["configmaps"]);
+}
+
+}  // namespace
