@@ -3,7 +3,7 @@
 #include <kubesandbox/local_cluster.hpp>
 #include <kubesandbox/raw_provider.hpp>
 
-#include "../support/run_test.hpp"
+#include "../support/local_cluster_fixture.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -33,11 +33,7 @@ namespace json = boost::json;
 using namespace kubesandbox;
 using namespace std::chrono_literals;
 
-asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
-    asio::steady_timer t(co_await asio::this_coro::executor);
-    t.expires_after(d);
-    co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
-}
+using kubesandbox::test::sleep_for;
 
 ResourcePath pods(std::string ns) {
     ResourcePath p;
@@ -73,20 +69,8 @@ std::string str(const json::object& o, std::initializer_list<const char*> path) 
 
 const std::string managed_selector = "kubesandbox.io/managed-by=kubesandbox";
 
-class RawProviderTest : public ::testing::Test {
+class RawProviderTest : public kubesandbox::test::LocalClusterTest {
 protected:
-    static void SetUpTestSuite() {
-        // Pods run as other uids: their data directory must be reachable (mkdtemp's 0700 is not).
-        data_dir_ = std::filesystem::temp_directory_path() / ("ksb-integration-" + std::to_string(::getpid()));
-        std::filesystem::create_directories(data_dir_);
-        std::filesystem::permissions(data_dir_, std::filesystem::perms(0755));
-        LocalClusterOptions options;
-        options.data_dir = data_dir_;
-        auto c = LocalCluster::start(options);
-        ASSERT_TRUE(c) << c.error().describe();
-        cluster_ = std::move(*c);
-    }
-
     static void TearDownTestSuite() {
         if (!cluster_) return;
         // Nothing labelled may be left: pods, NetworkPolicies, namespaces (all namespaces).
@@ -116,20 +100,17 @@ protected:
         EXPECT_EQ(left_pods, 0u) << "labelled pods left behind";
         EXPECT_EQ(left_nps, 0u) << "labelled NetworkPolicies left behind";
         EXPECT_EQ(left_ns, 0u) << "labelled namespaces left behind";
-        cluster_.reset();
-        std::error_code ec;
-        std::filesystem::remove_all(data_dir_, ec);
+        LocalClusterTest::TearDownTestSuite();
     }
 
     void SetUp() override {
-        ASSERT_TRUE(cluster_);
-        client_ = std::make_unique<KubeClient>(io_.get_executor(), cluster_->kube_config());
+        LocalClusterTest::SetUp();
+        client_ = std::make_unique<KubeClient>(client());
     }
 
     std::unique_ptr<RawProvider> provider(RawProviderOptions cfg = {}, KubeClientOptions copts = {}) {
         if (cfg.startup_timeout == 120s) cfg.startup_timeout = 60s;
-        return std::make_unique<RawProvider>(KubeClient(io_.get_executor(), cluster_->kube_config(), copts),
-                                             std::move(cfg));
+        return std::make_unique<RawProvider>(client(std::move(copts)), std::move(cfg));
     }
 
     // Lost responses surface as a request timeout: keep it short.
@@ -139,14 +120,6 @@ protected:
         return o;
     }
 
-    template <class F>
-    void run(F f, std::chrono::seconds deadline = 120s) {
-        kubesandbox::test::run_coroutine_test(io_, f, deadline);
-    }
-
-    static inline std::unique_ptr<LocalCluster> cluster_{};
-    static inline std::filesystem::path data_dir_{};
-    asio::io_context io_;
     std::unique_ptr<KubeClient> client_;
 };
 

@@ -4,7 +4,7 @@
 #include <kubesandbox/pod_exec_sandbox.hpp>
 #include <kubesandbox/raw_provider.hpp>
 
-#include "../support/run_test.hpp"
+#include "../support/local_cluster_fixture.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -26,51 +26,16 @@ namespace json = boost::json;
 using namespace kubesandbox;
 using namespace std::chrono_literals;
 
-asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
-    asio::steady_timer t(co_await asio::this_coro::executor);
-    t.expires_after(d);
-    co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
-}
+using kubesandbox::test::sleep_for;
 
-class SandboxTest : public ::testing::Test {
+class SandboxTest : public kubesandbox::test::LocalClusterTest {
 protected:
-    static void SetUpTestSuite() {
-        data_dir_ = std::filesystem::temp_directory_path() / ("ksb-sandbox-" + std::to_string(::getpid()));
-        std::filesystem::create_directories(data_dir_);
-        std::filesystem::permissions(data_dir_, std::filesystem::perms(0755));
-        LocalClusterOptions options;
-        options.data_dir = data_dir_;
-        auto c = LocalCluster::start(options);
-        ASSERT_TRUE(c) << c.error().describe();
-        cluster_ = std::move(*c);
-    }
-    static void TearDownTestSuite() {
-        cluster_.reset();
-        std::error_code ec;
-        std::filesystem::remove_all(data_dir_, ec);
-    }
-    void SetUp() override {
-        ASSERT_TRUE(cluster_);
-        cluster_->clear_faults();
-    }
-    void TearDown() override { cluster_->clear_faults(); }
-
     RawProvider provider(std::string image = "busybox") {
         RawProviderOptions cfg;
         cfg.image = std::move(image);
         cfg.startup_timeout = 60s;
-        return RawProvider(KubeClient(io_.get_executor(), cluster_->kube_config()), cfg);
+        return RawProvider(client(), cfg);
     }
-    KubeClient client() { return KubeClient(io_.get_executor(), cluster_->kube_config()); }
-
-    template <class F>
-    void run(F f, std::chrono::seconds deadline = 120s) {
-        kubesandbox::test::run_coroutine_test(io_, f, deadline);
-    }
-
-    static inline std::unique_ptr<LocalCluster> cluster_{};
-    static inline std::filesystem::path data_dir_{};
-    asio::io_context io_;
 };
 
 TEST_F(SandboxTest, ExitCodesAndOutputComposition) {
