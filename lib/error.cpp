@@ -70,6 +70,8 @@ public:
                 return "image pull failed";
             case errc::startup_timeout:
                 return "startup timeout";
+            case errc::sandbox_lost:
+                return "sandbox lost";
         }
         return "unknown kubesandbox error";
     }

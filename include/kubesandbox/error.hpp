@@ -55,6 +55,7 @@ enum class errc {
     pod_failed,         // container terminated, CrashLoopBackOff, ...
     image_pull_failed,  // ErrImagePull / ImagePullBackOff
     startup_timeout,    // sandbox not Ready within the startup timeout
+    sandbox_lost,       // a sandbox known to exist is gone (expired, deleted, its pod died)
 };
 
 }  // namespace kubesandbox

@@ -78,7 +78,7 @@ public:
     using SandboxProvider::get_or_create;
     using SandboxProvider::list;
 
-    boost::asio::awaitable<Result<std::unique_ptr<Sandbox>>> get_or_create(GetOrCreateOptions options) override;
+    boost::asio::awaitable<Result<Acquisition>> acquire(GetOrCreateOptions options) override;
     // The same, typed: raw mode's sandboxes also run argv directly (PodExecSandbox::run).
     boost::asio::awaitable<Result<std::unique_ptr<PodExecSandbox>>> get_or_create_pod(GetOrCreateOptions options);
     boost::asio::awaitable<Result<std::unique_ptr<PodExecSandbox>>> get_or_create_pod() {
@@ -100,11 +100,13 @@ public:
     // past max_idle or their ttl-idle-seconds), dead (terminal phase, a terminated container,
     // warm ones too), stuck failing to start, or abandoned mid-setup; then NetworkPolicies and
     // per-sandbox namespaces whose pod is gone (older than startup_timeout + 60 s).
-    boost::asio::awaitable<Result<CleanupResult>> cleanup(std::optional<std::chrono::seconds> max_idle) override;
+    // A sandbox changed (activity, say) since it was listed is kept: the delete is
+    // preconditioned on the listed resourceVersion.
+    boost::asio::awaitable<Result<CleanupResult>> cleanup(CleanupOptions options) override;
 
     // Creates warm pods until warm_pool_size are alive (dead warm pods are deleted and replaced);
     // returns how many it created.
-    boost::asio::awaitable<Result<int>> ensure_warm_pool();
+    boost::asio::awaitable<Result<int>> ensure_warm_pool() override;
     boost::asio::awaitable<Result<PoolStatus>> pool_status() override;
     boost::asio::awaitable<Result<ProviderStats>> stats() override;
 

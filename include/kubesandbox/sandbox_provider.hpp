@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -54,6 +55,23 @@ struct GetOrCreateOptions {
     bool create_if_missing{true};  // false: errc::not_found when the sandbox is not there
 };
 
+// How a provider came by the sandbox it returned.
+enum class SandboxOrigin {
+    existing,      // it was there and alive
+    created,       // this call created it
+    adopted,       // a concurrent caller (another process, maybe) created it; this call waited for it
+    claimed_warm,  // taken from the warm pool
+    replaced,      // it was there but dead: this call deleted it and created a new, empty one
+};
+
+struct Acquisition {
+    std::unique_ptr<Sandbox> sandbox{};
+    SandboxOrigin origin{SandboxOrigin::existing};
+    // Tells two incarnations under one id apart (a pod's uid): a different value than last time
+    // means the sandbox was re-created in between, by whoever.
+    std::string instance{};
+};
+
 struct SandboxInfo {
     std::string id{};  // the caller id (original), or the object name for random sandboxes
     std::string namespace_name{};
@@ -75,6 +93,14 @@ struct ListSandboxesOptions {
 struct SandboxPage {
     std::vector<SandboxInfo> items{};
     std::string next_cursor{};  // empty on the last page
+};
+
+struct CleanupOptions {
+    // Reap running sandboxes idle for longer than this, whatever their own ttl-idle-seconds.
+    std::optional<std::chrono::seconds> max_idle{};
+    // Asked for each sandbox about to be reaped for expiry; false keeps it (one in use here).
+    // Called on the provider's caller's executor, between listing and deleting.
+    std::function<bool(const SandboxInfo&)> may_delete{};
 };
 
 struct CleanupError {
@@ -113,8 +139,13 @@ public:
     // Sandbox ids accepted everywhere: a caller id, a sandbox's id() "<namespace>/<name>", or a
     // random sandbox's bare name.
 
-    // The caller's sandbox, created (or adopted after a concurrent create) when missing.
-    virtual boost::asio::awaitable<Result<std::unique_ptr<Sandbox>>> get_or_create(GetOrCreateOptions options) = 0;
+    // The caller's sandbox, created (or adopted after a concurrent create) when missing, with how
+    // it was come by. A dead sandbox is replaced (origin replaced), or with create_if_missing
+    // false reported as errc::not_found.
+    virtual boost::asio::awaitable<Result<Acquisition>> acquire(GetOrCreateOptions options) = 0;
+
+    // acquire() without the origin.
+    boost::asio::awaitable<Result<std::unique_ptr<Sandbox>>> get_or_create(GetOrCreateOptions options);
     boost::asio::awaitable<Result<std::unique_ptr<Sandbox>>> get_or_create() {
         return get_or_create(GetOrCreateOptions());
     }
@@ -134,8 +165,18 @@ public:
     virtual boost::asio::awaitable<Result<bool>> delete_sandbox(std::string id) = 0;
 
     // Deletes expired, dead and abandoned sandboxes (and their leftovers).
-    virtual boost::asio::awaitable<Result<CleanupResult>> cleanup(std::optional<std::chrono::seconds> max_idle) = 0;
-    boost::asio::awaitable<Result<CleanupResult>> cleanup() { return cleanup(std::nullopt); }
+    // A sandbox someone else deleted or touched meanwhile is counted as kept, not as deleted.
+    virtual boost::asio::awaitable<Result<CleanupResult>> cleanup(CleanupOptions options) = 0;
+    boost::asio::awaitable<Result<CleanupResult>> cleanup(std::optional<std::chrono::seconds> max_idle) {
+        CleanupOptions options;
+        options.max_idle = max_idle;
+        return cleanup(std::move(options));
+    }
+    boost::asio::awaitable<Result<CleanupResult>> cleanup() { return cleanup(CleanupOptions()); }
+
+    // Tops the warm pool up to its configured size; how many sandboxes it started. Providers
+    // without a pool start none.
+    virtual boost::asio::awaitable<Result<int>> ensure_warm_pool();
 
     virtual boost::asio::awaitable<Result<PoolStatus>> pool_status() = 0;
     virtual boost::asio::awaitable<Result<ProviderStats>> stats() = 0;

@@ -354,6 +354,67 @@ TEST_F(RawProviderTest, CleanupDeletesExpired) {
     });
 }
 
+TEST_F(RawProviderTest, ReplicasReapingTheSameSandboxesCountEachOnce) {
+    auto a = provider();
+    auto b = provider();
+    run([&]() -> asio::awaitable<void> {
+        constexpr int n = 3;
+        for (int i = 0; i < n; ++i) {
+            GetOrCreateOptions o;
+            o.sandbox_id = "reaped-twice-" + std::to_string(i);
+            o.ttl_seconds = 1;
+            auto sb = co_await a->get_or_create_pod(o);
+            EXPECT_TRUE(sb) << sb.error().describe();
+        }
+        co_await sleep_for(2100ms);
+        auto ex = co_await asio::this_coro::executor;
+        std::vector<Result<CleanupResult>> results;
+        int done = 0;
+        for (SandboxProvider* p : {static_cast<SandboxProvider*>(a.get()), static_cast<SandboxProvider*>(b.get())})
+            asio::co_spawn(
+                ex,
+                [&, p]() -> asio::awaitable<void> {
+                    results.push_back(co_await p->cleanup());
+                    ++done;
+                },
+                asio::detached);
+        while (done < 2) co_await sleep_for(20ms);
+        std::size_t deleted = 0;
+        for (auto& r : results) {
+            EXPECT_TRUE(r) << r.error().describe();
+            if (!r) continue;
+            EXPECT_TRUE(r->errors.empty());
+            deleted += r->deleted.size();
+        }
+        EXPECT_EQ(deleted, static_cast<std::size_t>(n)) << "a sandbox another replica reaped was counted as ours";
+    });
+}
+
+TEST_F(RawProviderTest, CleanupAsksBeforeReapingAnExpiredSandbox) {
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        GetOrCreateOptions o;
+        o.sandbox_id = "vetoed";
+        o.ttl_seconds = 1;
+        auto sb = co_await p->get_or_create_pod(o);
+        EXPECT_TRUE(sb) << sb.error().describe();
+        co_await sleep_for(2100ms);
+        std::vector<std::string> asked;
+        CleanupOptions keep;
+        keep.may_delete = [&](const SandboxInfo& info) {
+            asked.push_back(info.id);
+            return false;
+        };
+        auto kept = co_await p->cleanup(keep);
+        EXPECT_TRUE(kept && kept->deleted.empty());
+        EXPECT_EQ(asked, std::vector<std::string>{"vetoed"});
+        const ResourcePath still = pods("default").with_name(RawProvider::pod_name_for("vetoed"));
+        EXPECT_TRUE(co_await client_->get(still));
+        auto reaped = co_await p->cleanup();
+        EXPECT_TRUE(reaped && reaped->deleted == std::vector<std::string>{"vetoed"});
+    });
+}
+
 TEST_F(RawProviderTest, TwoProvidersClaimingFromOneWarmPoolNeverShare) {
     RawProviderOptions cfg;
     cfg.warm_pool_size = 3;

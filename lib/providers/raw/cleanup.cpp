@@ -33,7 +33,7 @@ asio::awaitable<void> remove_orphan(StatePtr st, ResourcePath path, std::string 
 
 }  // namespace
 
-asio::awaitable<Result<CleanupResult>> cleanup(StatePtr st, std::optional<std::chrono::seconds> max_idle) {
+asio::awaitable<Result<CleanupResult>> cleanup(StatePtr st, CleanupOptions options) {
     const auto& cfg = st->options;
     const std::string ours = selector_for(cfg);
     // Collect every page first (deleting while paging would not change the snapshot anyway).
@@ -42,14 +42,23 @@ asio::awaitable<Result<CleanupResult>> cleanup(StatePtr st, std::optional<std::c
     CleanupResult result;
     auto now = system_clock::now();
     for (const auto& pod : *listed) {
-        if (being_deleted(pod) || !should_reap(pod, cfg, max_idle, now)) {
+        if (being_deleted(pod) || !should_reap(pod, cfg, options.max_idle, now)) {
             ++result.kept;
             continue;
         }
         auto info = info_of(pod);
+        // Dead pods never come back, whoever holds them; the caller vetoes only expiries.
+        if (options.may_delete && !evaluate_pod(pod).dead && !options.may_delete(info)) {
+            ++result.kept;
+            continue;
+        }
         std::optional<std::string> label = label_of(pod, keys::sandbox_id);
-        auto d = co_await delete_objects(st, info.namespace_name, info.pod_name, label, true);
-        if (d) result.deleted.push_back(info.id);
+        // Preconditioned on what was listed: activity recorded since (by any process) wins, and
+        // a sandbox another replica reaped first is not counted here.
+        auto d = co_await delete_objects(st, info.namespace_name, info.pod_name, label, true,
+                                         string_at(metadata_of(pod), "resourceVersion"));
+        if (d && *d) result.deleted.push_back(info.id);
+        else if (d || d.error().is(errc::not_found) || d.error().is(errc::conflict)) ++result.kept;
         else result.errors.push_back(CleanupError{info.id, d.error()});
     }
 

@@ -200,6 +200,7 @@ asio::awaitable<Result<CreateOutcome>> create_and_wait(StatePtr st, std::string 
         outcome.adopted = true;
     }
     const std::string uid = string_at(metadata_of(initial), "uid");
+    outcome.uid = uid;
 
     if (ours && cfg.block_network) {
         // Make the policy the pod's dependent: it goes with the pod, however the pod goes.
@@ -247,7 +248,8 @@ asio::awaitable<Result<CreateOutcome>> create_and_wait(StatePtr st, std::string 
 // a namespace goes only when it is the pod's per-sandbox namespace (named after the pod,
 // labelled ours with the same sandbox id). The policy goes only once the pod is gone.
 asio::awaitable<Result<bool>> delete_objects(StatePtr st, std::string ns, std::string pod,
-                                             std::optional<std::string> expected_label, bool remove_namespace) {
+                                             std::optional<std::string> expected_label, bool remove_namespace,
+                                             std::string expected_version) {
     bool found = false;
     std::optional<Error> first_error;
     std::optional<std::string> label = expected_label;
@@ -262,9 +264,12 @@ asio::awaitable<Result<bool>> delete_objects(StatePtr st, std::string ns, std::s
             co_return fail(errc::conflict,
                            "pod " + ns + "/" + pod + " belongs to another sandbox (" + have + "): not deleting it");
         label = have;
+        if (!expected_version.empty() && string_at(metadata_of(*cur), "resourceVersion") != expected_version)
+            co_return fail(errc::conflict, "pod " + ns + "/" + pod + " changed since it was listed: not deleting it");
         DeleteOptions pod_opts;
         pod_opts.grace_period_seconds = st->options.delete_grace_period.count();
         pod_opts.precondition_uid = string_at(metadata_of(*cur), "uid");
+        pod_opts.precondition_resource_version = std::move(expected_version);
         auto r1 = co_await st->client.remove(pod_path, std::move(pod_opts));
         if (r1) {
             found = found || r1->found;

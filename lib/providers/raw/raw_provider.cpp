@@ -27,15 +27,33 @@ const RawProviderOptions& RawProvider::options() const { return state_->options;
 
 std::string RawProvider::pod_name_for(const std::string& id) { return raw::pod_name_for(id); }
 
-asio::awaitable<Result<std::unique_ptr<Sandbox>>> RawProvider::get_or_create(GetOrCreateOptions options) {
-    auto sandbox = co_await get_or_create_pod(std::move(options));
-    if (!sandbox) co_return fail(sandbox.error());
-    co_return std::unique_ptr<Sandbox>(std::move(*sandbox));
+namespace {
+
+struct PodAcquisition {
+    std::unique_ptr<PodExecSandbox> sandbox;
+    SandboxOrigin origin = SandboxOrigin::existing;
+    std::string uid;
+};
+
+asio::awaitable<Result<PodAcquisition>> acquire_pod(raw::StatePtr st, GetOrCreateOptions options);
+
+}  // namespace
+
+asio::awaitable<Result<Acquisition>> RawProvider::acquire(GetOrCreateOptions options) {
+    auto got = co_await acquire_pod(state_, std::move(options));
+    if (!got) co_return fail(got.error());
+    co_return Acquisition{std::move(got->sandbox), got->origin, std::move(got->uid)};
 }
 
 asio::awaitable<Result<std::unique_ptr<PodExecSandbox>>> RawProvider::get_or_create_pod(GetOrCreateOptions options) {
-    using R = Result<std::unique_ptr<PodExecSandbox>>;
-    StatePtr st = state_;
+    auto got = co_await acquire_pod(state_, std::move(options));
+    if (!got) co_return fail(got.error());
+    co_return std::move(got->sandbox);
+}
+
+namespace {
+
+asio::awaitable<Result<PodAcquisition>> acquire_pod(raw::StatePtr st, GetOrCreateOptions options) {
     const auto& cfg = st->options;
     if (options.sandbox_id && options.sandbox_id->empty())
         co_return fail(errc::invalid_argument, "sandbox_id must not be empty");
@@ -48,6 +66,7 @@ asio::awaitable<Result<std::unique_ptr<PodExecSandbox>>> RawProvider::get_or_cre
         const std::string& ns = target->ns;
         const ResourcePath path = raw::pods_path(ns).with_name(name);
         auto got = co_await st->client.get(path);
+        bool replaced = false;
         if (got) {
             if (label_of(*got, keys::managed_by) != keys::managed_by_value)
                 co_return fail(errc::already_exists,
@@ -75,6 +94,7 @@ asio::awaitable<Result<std::unique_ptr<PodExecSandbox>>> RawProvider::get_or_cre
                 }
                 auto gone = co_await raw::wait_gone(st, ns, name, uid, deadline);
                 if (!gone) co_return fail(gone.error());
+                replaced = true;
             } else {
                 if (ev.state == raw::PodState::failed) co_return fail(ev.error);
                 auto w = co_await raw::wait_ready(st, ns, name, std::move(*got),
@@ -86,7 +106,8 @@ asio::awaitable<Result<std::unique_ptr<PodExecSandbox>>> RawProvider::get_or_cre
                 }
                 auto p = co_await raw::patch_activity(st, ns, name);
                 if (!p && !p.error().is(errc::not_found)) co_return fail(p.error());
-                co_return R(raw::make_sandbox(st, ns, name, id));
+                co_return PodAcquisition{raw::make_sandbox(st, ns, name, id), SandboxOrigin::existing,
+                                         string_at(metadata_of(*got), "uid")};
             }
         } else if (!got.error().is(errc::not_found)) {
             co_return fail(got.error());
@@ -100,7 +121,10 @@ asio::awaitable<Result<std::unique_ptr<PodExecSandbox>>> RawProvider::get_or_cre
         if (!idt) co_return fail(idt.error());
         auto r = co_await raw::create_and_wait(st, name, std::move(*idt), true, false);
         if (!r) co_return fail(r.error());
-        co_return R(raw::make_sandbox(st, ns, name, id));
+        SandboxOrigin origin = replaced     ? SandboxOrigin::replaced
+                               : r->adopted ? SandboxOrigin::adopted
+                                            : SandboxOrigin::created;
+        co_return PodAcquisition{raw::make_sandbox(st, ns, name, id), origin, r->uid};
     }
 
     if (!options.create_if_missing)
@@ -110,7 +134,7 @@ asio::awaitable<Result<std::unique_ptr<PodExecSandbox>>> RawProvider::get_or_cre
         raw::spawn_refill(st);
         if (claimed && *claimed) {
             auto [ns, name] = **claimed;
-            co_return R(raw::make_sandbox(st, ns, name, ns + "/" + name));
+            co_return PodAcquisition{raw::make_sandbox(st, ns, name, ns + "/" + name), SandboxOrigin::claimed_warm, {}};
         }
         if (!claimed) cfg.logger.warning("warm pool claim failed, creating: " + claimed.error().describe());
     }
@@ -121,8 +145,10 @@ asio::awaitable<Result<std::unique_ptr<PodExecSandbox>>> RawProvider::get_or_cre
     if (!idt) co_return fail(idt.error());
     auto r = co_await raw::create_and_wait(st, name, std::move(*idt), false, false);
     if (!r) co_return fail(r.error());
-    co_return R(raw::make_sandbox(st, ns, name, ns + "/" + name));
+    co_return PodAcquisition{raw::make_sandbox(st, ns, name, ns + "/" + name), SandboxOrigin::created, r->uid};
 }
+
+}  // namespace
 
 asio::awaitable<Result<SandboxPage>> RawProvider::list(ListSandboxesOptions options) {
     StatePtr st = state_;
@@ -158,8 +184,8 @@ asio::awaitable<Result<bool>> RawProvider::delete_sandbox(std::string id) {
 
 void RawProvider::record_activity(const std::string& id) { raw::record_activity(state_, id); }
 
-asio::awaitable<Result<CleanupResult>> RawProvider::cleanup(std::optional<std::chrono::seconds> max_idle) {
-    co_return co_await raw::cleanup(state_, max_idle);
+asio::awaitable<Result<CleanupResult>> RawProvider::cleanup(CleanupOptions options) {
+    co_return co_await raw::cleanup(state_, std::move(options));
 }
 
 asio::awaitable<Result<int>> RawProvider::ensure_warm_pool() { co_return co_await raw::fill_pool(state_); }

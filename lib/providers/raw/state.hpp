@@ -51,12 +51,16 @@ boost::asio::awaitable<Result<void>> wait_gone(StatePtr st, std::string ns, std:
 // lifecycle.cpp
 struct CreateOutcome {
     bool adopted{false};  // someone else created the pod; we waited for its setup
+    std::string uid{};
 };
 boost::asio::awaitable<Result<CreateOutcome>> create_and_wait(StatePtr st, std::string name, Identity identity,
                                                               bool deterministic, bool warm);
 // Removes pod, NetworkPolicy and (optionally) the per-sandbox namespace, only when ours.
+// `expected_version`: the pod's resourceVersion when the caller decided; a pod changed since
+// is not deleted (errc::conflict).
 boost::asio::awaitable<Result<bool>> delete_objects(StatePtr st, std::string ns, std::string pod,
-                                                    std::optional<std::string> expected_label, bool remove_namespace);
+                                                    std::optional<std::string> expected_label, bool remove_namespace,
+                                                    std::string expected_version = {});
 boost::asio::awaitable<Result<void>> patch_annotations(StatePtr st, std::string ns, std::string pod,
                                                        boost::json::object annotations);
 boost::asio::awaitable<Result<void>> patch_activity(StatePtr st, std::string ns, std::string pod);
@@ -76,7 +80,7 @@ boost::asio::awaitable<Result<std::optional<std::pair<std::string, std::string>>
     std::optional<std::int64_t> ttl_idle);
 
 // cleanup.cpp
-boost::asio::awaitable<Result<CleanupResult>> cleanup(StatePtr st, std::optional<std::chrono::seconds> max_idle);
+boost::asio::awaitable<Result<CleanupResult>> cleanup(StatePtr st, CleanupOptions options);
 
 }  // namespace raw
 }  // namespace kubesandbox
