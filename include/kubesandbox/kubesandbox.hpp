@@ -10,4 +10,5 @@
 #include <kubesandbox/pod_exec_sandbox.hpp>
 #include <kubesandbox/raw_provider.hpp>
 #include <kubesandbox/sandbox.hpp>
+#include <kubesandbox/sandbox_manager.hpp>
 #include <kubesandbox/sandbox_provider.hpp>

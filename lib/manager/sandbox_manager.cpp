@@ -1,0 +1,374 @@
+// SandboxManager's I/O: the thread table (on one strand), single-flight acquisitions, the
+// reaper, shutdown. Decisions come from manager_core.
+#include <kubesandbox/sandbox_manager.hpp>
+
+#include "manager/manager_core.hpp"
+#include "manager/slot.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <random>
+#include <unordered_map>
+
+namespace kubesandbox {
+
+namespace asio = boost::asio;
+using std::chrono::steady_clock;
+using Slot = SandboxLease::Slot;
+
+std::string_view to_string(AcquireKind kind) noexcept {
+    switch (kind) {
+        case AcquireKind::cached:
+            return "cached";
+        case AcquireKind::reconnected:
+            return "reconnected";
+        case AcquireKind::created:
+            return "created";
+        case AcquireKind::adopted:
+            return "adopted";
+        case AcquireKind::recreated:
+            return "recreated";
+    }
+    return "unknown";
+}
+
+namespace {
+
+using Strand = asio::strand<asio::any_io_executor>;
+constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+// A thread whose sandbox was reaped or lost is remembered this long, so its next get() says
+// recreated rather than created.
+constexpr auto forget_after = std::chrono::hours(24);
+
+struct Acquired {
+    std::shared_ptr<Slot> slot;
+    AcquireKind kind = AcquireKind::created;
+};
+
+// One acquisition in flight; every get() of the thread waits on it. The timer never expires:
+// cancelling it wakes the waiters.
+struct Pending {
+    explicit Pending(const Strand& strand) : done(strand, steady_clock::time_point::max()) {}
+    asio::steady_timer done;
+    std::optional<Result<Acquired>> result;
+};
+
+struct Entry {
+    std::shared_ptr<Slot> slot;  // the bound sandbox; null when none
+    std::shared_ptr<Pending> pending;
+    std::string instance;  // the incarnation last seen ("" = unknown)
+    bool seen = false;     // this thread had a sandbox here
+    steady_clock::time_point last_change = steady_clock::now();
+};
+
+}  // namespace
+
+struct SandboxManager::Impl {
+    Strand strand;
+    std::shared_ptr<SandboxProvider> provider;
+    SandboxManagerOptions options;
+    std::unordered_map<std::string, Entry> table;
+    asio::steady_timer reaper_timer;
+    bool stopping = false;
+    std::minstd_rand jitter{std::random_device{}()};
+    ManagerStats counters;
+
+    Impl(asio::any_io_executor ex, std::shared_ptr<SandboxProvider> p, SandboxManagerOptions o)
+        : strand(asio::make_strand(std::move(ex))),
+          provider(std::move(p)),
+          options(std::move(o)),
+          reaper_timer(strand) {}
+};
+
+namespace {
+
+using ImplPtr = std::shared_ptr<SandboxManager::Impl>;
+
+GetOrCreateOptions creation_options(const SandboxManagerOptions& o, const std::string& thread_id) {
+    GetOrCreateOptions go;
+    go.sandbox_id = manager::sandbox_id_for(o.scope, thread_id);
+    go.labels = o.labels;
+    go.labels["scope"] = o.scope;
+    if (o.idle_ttl) go.ttl_idle_seconds = o.idle_ttl->count();
+    if (o.absolute_ttl) go.ttl_seconds = o.absolute_ttl->count();
+    return go;
+}
+
+void count(ManagerStats& c, AcquireKind kind) {
+    switch (kind) {
+        case AcquireKind::cached:
+            break;
+        case AcquireKind::reconnected:
+            ++c.reconnected;
+            break;
+        case AcquireKind::created:
+            ++c.created;
+            break;
+        case AcquireKind::adopted:
+            ++c.adopted;
+            break;
+        case AcquireKind::recreated:
+            ++c.recreated;
+            break;
+    }
+}
+
+// Runs on the strand, owned by the manager rather than by the first caller: a caller that
+// gives up does not fail the others.
+asio::awaitable<void> acquire(ImplPtr impl, std::string thread_id, GetOptions get_options,
+                              std::shared_ptr<Pending> pending) {
+    std::string known;
+    bool seen = false;
+    if (auto it = impl->table.find(thread_id); it != impl->table.end()) {
+        known = it->second.instance;
+        seen = it->second.seen;
+    }
+    const bool history = seen || get_options.expect_existing;
+    const OnLost policy = get_options.on_lost.value_or(impl->options.on_lost);
+    GetOrCreateOptions go = creation_options(impl->options, thread_id);
+    const bool create = !manager::reconnect_only(policy, history);
+    go.create_if_missing = create;
+    const std::string sandbox_id = *go.sandbox_id;
+
+    Result<Acquired> result = fail(errc::cancelled, "acquisition did not finish");
+    std::optional<std::string> instance;
+    try {
+        auto got = co_await impl->provider->acquire(std::move(go));
+        if (!got) {
+            if (!create && got.error().is(errc::not_found)) {
+                ++impl->counters.lost;
+                result = fail(errc::sandbox_lost,
+                              "the sandbox of thread " + thread_id + " is gone (" + got.error().message + ")");
+            } else {
+                result = fail(got.error());
+            }
+        } else {
+            auto verdict = manager::classify(got->origin, known, got->instance, history);
+            instance = got->instance;
+            if (verdict.lost) ++impl->counters.lost;
+            if (verdict.lost && policy == OnLost::error) {
+                result = fail(errc::sandbox_lost, "the sandbox of thread " + thread_id +
+                                                      " was lost; a new one now stands under its id " + sandbox_id);
+            } else {
+                count(impl->counters, verdict.kind);
+                result = Acquired{std::make_shared<Slot>(std::move(got->sandbox), thread_id), verdict.kind};
+            }
+        }
+    } catch (const std::exception& e) {
+        result = fail(errc::io_error, std::string("acquisition failed: ") + e.what());
+    }
+
+    auto it = impl->table.find(thread_id);
+    if (it != impl->table.end() && it->second.pending == pending) {
+        Entry& e = it->second;
+        e.pending.reset();
+        e.last_change = steady_clock::now();
+        if (instance) {
+            e.instance = *instance;
+            e.seen = true;
+        }
+        if (result) e.slot = result->slot;
+        else if (!e.seen && !e.slot) impl->table.erase(it);  // a failure is not remembered
+    }
+    if (!result) {
+        impl->options.logger.log(LogLevel::info, "thread " + thread_id + ": " + result.error().describe());
+    }
+    pending->result = std::move(result);
+    pending->done.cancel();
+}
+
+asio::awaitable<Result<SandboxLease>> get_on_strand(ImplPtr impl, std::string thread_id, GetOptions options) {
+    if (impl->stopping) co_return fail(errc::cancelled, "the sandbox manager is shutting down");
+    if (auto valid = manager::validate_thread_id(thread_id); !valid) co_return fail(valid.error());
+    Entry& e = impl->table[thread_id];
+    if (e.slot && !e.slot->lost.load() && !e.pending) co_return Slot::lease(e.slot, AcquireKind::cached);
+    if (!e.pending) {
+        e.pending = std::make_shared<Pending>(impl->strand);
+        asio::co_spawn(impl->strand, acquire(impl, thread_id, options, e.pending), asio::detached);
+    }
+    std::shared_ptr<Pending> pending = e.pending;  // `e` may move while this waits
+    while (!pending->result) co_await pending->done.async_wait(tuple_awaitable);
+    const auto& r = *pending->result;
+    if (!r) co_return fail(r.error());
+    co_return Slot::lease(r->slot, r->kind);
+}
+
+// One reaper pass: the provider reaps what is expired or dead, asking this process first.
+asio::awaitable<Result<CleanupResult>> pass_on_strand(ImplPtr impl) {
+    CleanupOptions co;
+    co.may_delete = [impl](const SandboxInfo& info) {
+        auto thread = manager::thread_of(impl->options.scope, info.id);
+        if (!thread) return true;
+        auto it = impl->table.find(*thread);
+        if (it == impl->table.end() || !it->second.slot) return true;
+        Entry& e = it->second;
+        if (manager::veto_reaping(e.slot->busy.load(), e.slot->last_use(), steady_clock::now(), impl->options.idle_ttl))
+            return false;
+        // Unbound before the delete: a get() from now on looks in the cluster again.
+        e.slot.reset();
+        e.last_change = steady_clock::now();
+        return true;
+    };
+    ++impl->counters.reaper_passes;
+    auto r = co_await impl->provider->cleanup(std::move(co));
+    if (r) impl->counters.reaped += r->deleted.size();
+    auto now = steady_clock::now();
+    std::erase_if(impl->table, [&](const auto& kv) {
+        const Entry& e = kv.second;
+        return !e.slot && !e.pending && now - e.last_change > forget_after;
+    });
+    co_return r;
+}
+
+asio::awaitable<void> run_on_strand(ImplPtr impl) {
+    unsigned failures = 0;
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    const auto& o = impl->options;
+    while (!impl->stopping) {
+        impl->reaper_timer.expires_after(
+            manager::next_pass_in(o.reap_interval, failures, o.backoff_initial, o.backoff_max, unit(impl->jitter)));
+        co_await impl->reaper_timer.async_wait(tuple_awaitable);
+        if (impl->stopping) break;
+        auto r = co_await pass_on_strand(impl);
+        if (r) {
+            failures = 0;
+            for (const auto& e : r->errors) o.logger.warning("reaper: " + e.id + ": " + e.error.describe());
+        } else {
+            ++failures;
+            ++impl->counters.reaper_errors;
+            o.logger.warning("reaper pass failed (" + std::to_string(failures) + " in a row): " + r.error().describe());
+        }
+    }
+}
+
+bool quiet(const SandboxManager::Impl& impl) {
+    for (const auto& [thread, e] : impl.table)
+        if (e.pending || (e.slot && e.slot->busy.load() > 0)) return false;
+    return true;
+}
+
+asio::awaitable<ShutdownReport> shutdown_on_strand(ImplPtr impl, ShutdownOptions options) {
+    impl->stopping = true;
+    impl->reaper_timer.cancel();
+    ShutdownReport report;
+    auto deadline = steady_clock::now() + options.graceful;
+    asio::steady_timer poll(impl->strand);
+    while (!quiet(*impl)) {
+        if (steady_clock::now() >= deadline) {
+            report.drained = false;
+            break;
+        }
+        poll.expires_after(std::chrono::milliseconds(20));
+        co_await poll.async_wait(tuple_awaitable);
+    }
+    if (options.delete_sandboxes) {
+        std::vector<std::string> threads;
+        for (const auto& [thread, e] : impl->table)
+            if (e.slot) threads.push_back(thread);
+        for (const auto& thread : threads) {
+            auto d = co_await impl->provider->delete_sandbox(manager::sandbox_id_for(impl->options.scope, thread));
+            if (d && *d) ++report.deleted;
+            else if (!d) report.errors.push_back(CleanupError{thread, d.error()});
+            if (auto it = impl->table.find(thread); it != impl->table.end()) it->second.slot.reset();
+        }
+    }
+    co_return report;
+}
+
+asio::awaitable<Result<bool>> remove_on_strand(ImplPtr impl, std::string thread_id) {
+    if (auto valid = manager::validate_thread_id(thread_id); !valid) co_return fail(valid.error());
+    auto d = co_await impl->provider->delete_sandbox(manager::sandbox_id_for(impl->options.scope, thread_id));
+    if (!d) co_return fail(d.error());
+    // Deliberately removed, not lost: the thread's next sandbox is simply created.
+    if (auto it = impl->table.find(thread_id); it != impl->table.end() && !it->second.pending) {
+        if (it->second.slot) it->second.slot->lost.store(true);
+        impl->table.erase(it);
+    }
+    co_return *d;
+}
+
+asio::awaitable<Result<SandboxPage>> list_on_strand(ImplPtr impl, ListSandboxesOptions options) {
+    options.labels["scope"] = impl->options.scope;
+    auto page = co_await impl->provider->list(std::move(options));
+    if (!page) co_return fail(page.error());
+    SandboxPage out;
+    out.next_cursor = std::move(page->next_cursor);
+    for (auto& item : page->items) {
+        auto thread = manager::thread_of(impl->options.scope, item.id);
+        if (!thread) continue;
+        item.id = std::move(*thread);
+        out.items.push_back(std::move(item));
+    }
+    co_return out;
+}
+
+asio::awaitable<ManagerStats> stats_on_strand(ImplPtr impl) {
+    ManagerStats s = impl->counters;
+    for (const auto& [thread, e] : impl->table) {
+        if (e.pending) ++s.acquisitions_in_flight;
+        if (!e.slot) continue;
+        ++s.threads;
+        if (e.slot->busy.load() > 0) ++s.busy;
+    }
+    auto cluster = co_await impl->provider->stats();
+    if (cluster) s.cluster = *cluster;
+    co_return s;
+}
+
+}  // namespace
+
+SandboxManager::SandboxManager(asio::any_io_executor executor, std::shared_ptr<SandboxProvider> provider,
+                               SandboxManagerOptions options)
+    : impl_(std::make_shared<Impl>(std::move(executor), std::move(provider), std::move(options))) {}
+
+SandboxManager::~SandboxManager() {
+    // Coroutines still on the strand keep the Impl alive; they only need to stop.
+    asio::post(impl_->strand, [impl = impl_] {
+        impl->stopping = true;
+        impl->reaper_timer.cancel();
+    });
+}
+
+asio::awaitable<Result<SandboxLease>> SandboxManager::get(std::string thread_id, GetOptions options) {
+    auto scope_ok = manager::validate_scope(impl_->options.scope);
+    if (!scope_ok) co_return fail(scope_ok.error());
+    co_return co_await asio::co_spawn(impl_->strand, get_on_strand(impl_, std::move(thread_id), std::move(options)),
+                                      asio::use_awaitable);
+}
+
+asio::awaitable<Result<bool>> SandboxManager::remove(std::string thread_id) {
+    co_return co_await asio::co_spawn(impl_->strand, remove_on_strand(impl_, std::move(thread_id)),
+                                      asio::use_awaitable);
+}
+
+asio::awaitable<Result<SandboxPage>> SandboxManager::list(ListSandboxesOptions options) {
+    co_return co_await asio::co_spawn(impl_->strand, list_on_strand(impl_, std::move(options)), asio::use_awaitable);
+}
+
+asio::awaitable<Result<CleanupResult>> SandboxManager::cleanup() {
+    co_return co_await asio::co_spawn(impl_->strand, pass_on_strand(impl_), asio::use_awaitable);
+}
+
+asio::awaitable<void> SandboxManager::run() {
+    co_await asio::co_spawn(impl_->strand, run_on_strand(impl_), asio::use_awaitable);
+}
+
+asio::awaitable<ShutdownReport> SandboxManager::shutdown(ShutdownOptions options) {
+    co_return co_await asio::co_spawn(impl_->strand, shutdown_on_strand(impl_, options), asio::use_awaitable);
+}
+
+asio::awaitable<ManagerStats> SandboxManager::stats() {
+    co_return co_await asio::co_spawn(impl_->strand, stats_on_strand(impl_), asio::use_awaitable);
+}
+
+std::string SandboxManager::sandbox_id_for(std::string_view thread_id) const {
+    return manager::sandbox_id_for(impl_->options.scope, thread_id);
+}
+
+}  // namespace kubesandbox
