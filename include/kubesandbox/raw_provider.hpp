@@ -85,6 +85,7 @@ public:
         return get_or_create_pod(GetOrCreateOptions());
     }
 
+    boost::asio::awaitable<Result<SandboxInfo>> describe(std::string id) override;
     boost::asio::awaitable<Result<SandboxPage>> list(ListSandboxesOptions options) override;
 
     // Sandbox ids: a caller id (mapped with pod_name_for), a sandbox's id() "<namespace>/<pod>"

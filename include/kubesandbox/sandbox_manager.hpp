@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,6 +45,17 @@ enum class AcquireKind {
 
 std::string_view to_string(AcquireKind kind) noexcept;
 
+// What a host may want to log or count: each acquisition that reached the cluster (cached gets
+// are not events), each loss, each sandbox reaped by this manager, each failed acquisition.
+struct ManagerEvent {
+    enum class Kind { created, reconnected, adopted, recreated, lost, reaped, failed };
+    Kind kind{Kind::created};
+    std::string thread_id{};
+    std::optional<Error> error{};  // failed, and lost under OnLost::error
+};
+
+std::string_view to_string(ManagerEvent::Kind kind) noexcept;
+
 struct SandboxManagerOptions {
     // Part of every sandbox id ("<scope>:<thread id>") and a label on every sandbox, so
     // applications sharing a namespace keep apart. DNS label syntax, at most 32 characters.
@@ -60,6 +72,8 @@ struct SandboxManagerOptions {
     std::chrono::milliseconds backoff_max{std::chrono::seconds(60)};
     std::map<std::string, std::string> labels{};  // user labels on every sandbox
     Logger logger{};
+    // Called on the manager's strand: must return quickly and not call back into the manager.
+    std::function<void(const ManagerEvent&)> on_event{};
 };
 
 struct GetOptions {
@@ -153,6 +167,10 @@ public:
 
     // Deletes the thread's sandbox; false when it had none. Leases still alive fail afterwards.
     boost::asio::awaitable<Result<bool>> remove(std::string thread_id);
+
+    // The thread's sandbox as the cluster has it (id = the thread id), without creating or
+    // touching it; nullopt when the thread has none.
+    boost::asio::awaitable<Result<std::optional<SandboxInfo>>> find(std::string thread_id);
 
     // This manager's scope's sandboxes in the cluster (all replicas), a page at a time; each
     // item's id is the thread id.

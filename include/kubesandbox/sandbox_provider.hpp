@@ -157,6 +157,10 @@ public:
         return get_or_create(std::move(options));
     }
 
+    // What the cluster holds for the sandbox, without touching it (no activity recorded);
+    // errc::not_found when it is not there.
+    virtual boost::asio::awaitable<Result<SandboxInfo>> describe(std::string id) = 0;
+
     // One page of this provider's sandboxes; pass next_cursor back for the next one.
     virtual boost::asio::awaitable<Result<SandboxPage>> list(ListSandboxesOptions options) = 0;
     boost::asio::awaitable<Result<SandboxPage>> list() { return list(ListSandboxesOptions()); }

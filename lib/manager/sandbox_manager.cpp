@@ -38,6 +38,26 @@ std::string_view to_string(AcquireKind kind) noexcept {
     return "unknown";
 }
 
+std::string_view to_string(ManagerEvent::Kind kind) noexcept {
+    switch (kind) {
+        case ManagerEvent::Kind::created:
+            return "created";
+        case ManagerEvent::Kind::reconnected:
+            return "reconnected";
+        case ManagerEvent::Kind::adopted:
+            return "adopted";
+        case ManagerEvent::Kind::recreated:
+            return "recreated";
+        case ManagerEvent::Kind::lost:
+            return "lost";
+        case ManagerEvent::Kind::reaped:
+            return "reaped";
+        case ManagerEvent::Kind::failed:
+            return "failed";
+    }
+    return "unknown";
+}
+
 namespace {
 
 using Strand = asio::strand<asio::any_io_executor>;
@@ -98,6 +118,32 @@ GetOrCreateOptions creation_options(const SandboxManagerOptions& o, const std::s
     if (o.idle_ttl) go.ttl_idle_seconds = o.idle_ttl->count();
     if (o.absolute_ttl) go.ttl_seconds = o.absolute_ttl->count();
     return go;
+}
+
+void emit(const SandboxManager::Impl& impl, ManagerEvent::Kind kind, const std::string& thread_id,
+          std::optional<Error> error = std::nullopt) {
+    if (!impl.options.on_event) return;
+    try {
+        impl.options.on_event(ManagerEvent{kind, thread_id, std::move(error)});
+    } catch (const std::exception& e) {
+        impl.options.logger.warning(std::string("on_event threw: ") + e.what());
+    }
+}
+
+std::optional<ManagerEvent::Kind> event_of(AcquireKind kind) {
+    switch (kind) {
+        case AcquireKind::cached:
+            return std::nullopt;
+        case AcquireKind::reconnected:
+            return ManagerEvent::Kind::reconnected;
+        case AcquireKind::created:
+            return ManagerEvent::Kind::created;
+        case AcquireKind::adopted:
+            return ManagerEvent::Kind::adopted;
+        case AcquireKind::recreated:
+            return ManagerEvent::Kind::recreated;
+    }
+    return std::nullopt;
 }
 
 void count(ManagerStats& c, AcquireKind kind) {
@@ -178,6 +224,11 @@ asio::awaitable<void> acquire(ImplPtr impl, std::string thread_id, GetOptions ge
     }
     if (!result) {
         impl->options.logger.log(LogLevel::info, "thread " + thread_id + ": " + result.error().describe());
+        auto kind = result.error().is(errc::sandbox_lost) ? ManagerEvent::Kind::lost : ManagerEvent::Kind::failed;
+        emit(*impl, kind, thread_id, result.error());
+    } else if (auto kind = event_of(result->kind)) {
+        if (result->kind == AcquireKind::recreated) emit(*impl, ManagerEvent::Kind::lost, thread_id);
+        emit(*impl, *kind, thread_id);
     }
     pending->result = std::move(result);
     pending->done.cancel();
@@ -217,7 +268,12 @@ asio::awaitable<Result<CleanupResult>> pass_on_strand(ImplPtr impl) {
     };
     ++impl->counters.reaper_passes;
     auto r = co_await impl->provider->cleanup(std::move(co));
-    if (r) impl->counters.reaped += r->deleted.size();
+    if (r) {
+        impl->counters.reaped += r->deleted.size();
+        for (const auto& id : r->deleted)
+            if (auto thread = manager::thread_of(impl->options.scope, id))
+                emit(*impl, ManagerEvent::Kind::reaped, *thread);
+    }
     auto now = steady_clock::now();
     std::erase_if(impl->table, [&](const auto& kv) {
         const Entry& e = kv.second;
@@ -293,6 +349,17 @@ asio::awaitable<Result<bool>> remove_on_strand(ImplPtr impl, std::string thread_
     co_return *d;
 }
 
+asio::awaitable<Result<std::optional<SandboxInfo>>> find_on_strand(ImplPtr impl, std::string thread_id) {
+    if (auto valid = manager::validate_thread_id(thread_id); !valid) co_return fail(valid.error());
+    auto info = co_await impl->provider->describe(manager::sandbox_id_for(impl->options.scope, thread_id));
+    if (!info) {
+        if (info.error().is(errc::not_found)) co_return std::optional<SandboxInfo>();
+        co_return fail(info.error());
+    }
+    info->id = std::move(thread_id);
+    co_return std::optional<SandboxInfo>(std::move(*info));
+}
+
 asio::awaitable<Result<SandboxPage>> list_on_strand(ImplPtr impl, ListSandboxesOptions options) {
     options.labels["scope"] = impl->options.scope;
     auto page = co_await impl->provider->list(std::move(options));
@@ -345,6 +412,10 @@ asio::awaitable<Result<SandboxLease>> SandboxManager::get(std::string thread_id,
 asio::awaitable<Result<bool>> SandboxManager::remove(std::string thread_id) {
     co_return co_await asio::co_spawn(impl_->strand, remove_on_strand(impl_, std::move(thread_id)),
                                       asio::use_awaitable);
+}
+
+asio::awaitable<Result<std::optional<SandboxInfo>>> SandboxManager::find(std::string thread_id) {
+    co_return co_await asio::co_spawn(impl_->strand, find_on_strand(impl_, std::move(thread_id)), asio::use_awaitable);
 }
 
 asio::awaitable<Result<SandboxPage>> SandboxManager::list(ListSandboxesOptions options) {

@@ -363,6 +363,42 @@ TEST_F(SandboxManagerTest, BadThreadIdsAndScopesAreTypedErrors) {
     });
 }
 
+TEST_F(SandboxManagerTest, EventsTellTheHostWhatHappened) {
+    std::vector<std::string> events;
+    SandboxManagerOptions o;
+    o.idle_ttl = 0s;
+    o.on_event = [&](const ManagerEvent& e) {
+        events.push_back(std::string(to_string(e.kind)) + " " + e.thread_id + (e.error ? " (error)" : ""));
+    };
+    auto m = manager(o);
+    world_->fail_next_acquisitions = 1;
+    run([&]() -> asio::awaitable<void> {
+        EXPECT_FALSE(co_await m->get("t"));
+        EXPECT_TRUE(co_await m->get("t"));  // created
+        EXPECT_TRUE(co_await m->get("t"));  // cached: no event
+        {
+            std::lock_guard lock(world_->mutex);
+            world_->sandboxes.begin()->second.expired = true;
+        }
+        EXPECT_TRUE(co_await m->cleanup());  // reaped
+        EXPECT_TRUE(co_await m->get("t"));   // lost, recreated
+    });
+    EXPECT_EQ(events, (std::vector<std::string>{"failed t (error)", "created t", "reaped t", "lost t", "recreated t"}));
+}
+
+TEST_F(SandboxManagerTest, FindLooksWithoutCreating) {
+    auto m = manager();
+    run([&]() -> asio::awaitable<void> {
+        auto none = co_await m->find("t");
+        EXPECT_TRUE(none && !*none);
+        EXPECT_EQ(world_->acquisitions.load(), 0);
+        EXPECT_TRUE(co_await m->get("t"));
+        auto found = co_await m->find("t");
+        EXPECT_TRUE(found && *found && (*found)->id == "t");
+        EXPECT_EQ(world_->acquisitions.load(), 1);
+    });
+}
+
 TEST_F(SandboxManagerTest, SafeOnAMultiThreadedIoContext) {
     asio::io_context pool_io(4);
     auto m = std::make_unique<SandboxManager>(pool_io.get_executor(), provider_, SandboxManagerOptions{});

@@ -153,12 +153,16 @@ TEST_F(ManagerTest, ASandboxDeletedBehindTheManagersBackIsReportedNotSilentlyRep
             EXPECT_TRUE(lost.error().is(errc::sandbox_lost)) << lost.error().describe();
         }
         EXPECT_FALSE(co_await pod_exists(m->sandbox_id_for("t1")));
+        auto found = co_await m->find("t1");
+        EXPECT_TRUE(found && !*found) << "find() of a deleted sandbox";
 
         // The recreate policy makes a new one and says its files are gone.
         auto again = co_await m->get("t1");
         EXPECT_TRUE(again) << again.error().describe();
         if (!again) co_return;
         EXPECT_EQ(again->kind(), AcquireKind::recreated);
+        auto described = co_await m->find("t1");
+        EXPECT_TRUE(described && *described && (*described)->id == "t1" && (*described)->status == "running");
         auto gone = co_await again->execute("cat /workspace/file");
         EXPECT_TRUE(gone && gone->exit_code != 0);
         again->release();

@@ -82,6 +82,17 @@ public:
         co_return a;
     }
 
+    boost::asio::awaitable<Result<SandboxInfo>> describe(std::string id) override {
+        std::lock_guard lock(world_->mutex);
+        auto it = world_->sandboxes.find(id);
+        if (it == world_->sandboxes.end()) co_return fail(errc::not_found, "sandbox " + id + " not found");
+        SandboxInfo info;
+        info.id = id;
+        info.labels = it->second.labels;
+        info.status = "running";
+        co_return info;
+    }
+
     boost::asio::awaitable<Result<SandboxPage>> list(ListSandboxesOptions options) override {
         std::lock_guard lock(world_->mutex);
         SandboxPage page;

@@ -150,6 +150,19 @@ asio::awaitable<Result<PodAcquisition>> acquire_pod(raw::StatePtr st, GetOrCreat
 
 }  // namespace
 
+asio::awaitable<Result<SandboxInfo>> RawProvider::describe(std::string id) {
+    StatePtr st = state_;
+    auto target = raw::resolve_id(st->options, id);
+    if (!target) co_return fail(target.error());
+    auto got = co_await st->client.get(raw::pods_path(target->ns).with_name(target->pod));
+    if (!got) co_return fail(got.error());
+    // A pod of that name that is not this sandbox's is not this sandbox.
+    if (label_of(*got, keys::managed_by) != keys::managed_by_value ||
+        (target->label && label_of(*got, keys::sandbox_id) != *target->label))
+        co_return fail(errc::not_found, "sandbox " + id + " not found");
+    co_return raw::info_of(*got);
+}
+
 asio::awaitable<Result<SandboxPage>> RawProvider::list(ListSandboxesOptions options) {
     StatePtr st = state_;
     ListOptions lo;
