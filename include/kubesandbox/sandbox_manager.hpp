@@ -135,10 +135,11 @@ struct ManagerStats {
 };
 
 struct ShutdownOptions {
-    // How long to wait for leases and acquisitions in flight to finish.
+    // How long to wait for leases and acquisitions in flight to finish; then shutdown goes on
+    // without them (drained = false).
     std::chrono::milliseconds graceful{std::chrono::seconds(10)};
     // Delete the sandboxes bound in this manager (for runs whose sandboxes must not outlive
-    // the process).
+    // the process). Acquisitions still in flight then delete what they make when they finish.
     bool delete_sandboxes{false};
 };
 

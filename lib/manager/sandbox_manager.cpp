@@ -96,6 +96,7 @@ struct SandboxManager::Impl {
     std::unordered_map<std::string, Entry> table;
     asio::steady_timer reaper_timer;
     bool stopping = false;
+    bool delete_late = false;  // acquisitions finishing from now on delete what they made
     std::minstd_rand jitter{std::random_device{}()};
     ManagerStats counters;
 
@@ -208,6 +209,15 @@ asio::awaitable<void> acquire(ImplPtr impl, std::string thread_id, GetOptions ge
         }
     } catch (const std::exception& e) {
         result = fail(errc::io_error, std::string("acquisition failed: ") + e.what());
+    }
+    // Finished after shutdown(delete_sandboxes) stopped waiting for it: nothing it made may
+    // outlive the manager.
+    if (result && impl->delete_late) {
+        auto d = co_await impl->provider->delete_sandbox(sandbox_id);
+        if (!d)
+            impl->options.logger.warning("thread " + thread_id + ": deleting after shutdown: " + d.error().describe());
+        result = fail(errc::cancelled, "the sandbox manager shut down during the acquisition");
+        instance.reset();
     }
 
     auto it = impl->table.find(thread_id);
@@ -324,6 +334,7 @@ asio::awaitable<ShutdownReport> shutdown_on_strand(ImplPtr impl, ShutdownOptions
         co_await poll.async_wait(tuple_awaitable);
     }
     if (options.delete_sandboxes) {
+        impl->delete_late = true;
         std::vector<std::string> threads;
         for (const auto& [thread, e] : impl->table)
             if (e.slot) threads.push_back(thread);

@@ -28,12 +28,12 @@ class ManagerTest : public kubesandbox::test::LocalClusterTest {
 protected:
     // Each manager gets its own client and provider: they share nothing but the cluster, as
     // replicas in separate processes do.
-    std::unique_ptr<SandboxManager> manager(SandboxManagerOptions o = {}) {
+    std::unique_ptr<SandboxManager> manager(SandboxManagerOptions o = {}, KubeClientOptions co = {}) {
         RawProviderOptions po;
         po.startup_timeout = 60s;
         po.logger = Logger::silent();
         o.logger = Logger::silent();
-        auto provider = std::make_shared<RawProvider>(client(), po);
+        auto provider = std::make_shared<RawProvider>(client(std::move(co)), po);
         return std::make_unique<SandboxManager>(io_.get_executor(), provider, std::move(o));
     }
 
@@ -227,6 +227,117 @@ TEST_F(ManagerTest, TheReaperDeletesIdleSandboxesAndSparesBusyOnes) {
         while (!reaper_returned) co_await sleep_for(10ms);
         auto removed = co_await m->remove("idle");
         EXPECT_TRUE(removed);
+    });
+}
+
+TEST_F(ManagerTest, AnAbsoluteTtlEndsEvenASandboxInUse) {
+    SandboxManagerOptions o;
+    o.scope = "absolute";
+    o.idle_ttl = std::nullopt;
+    o.absolute_ttl = 2s;
+    o.reap_interval = 200ms;
+    auto m = manager(o);
+    run([&]() -> asio::awaitable<void> {
+        auto ex = co_await asio::this_coro::executor;
+        asio::co_spawn(ex, m->run(), asio::detached);
+        bool gone = false;
+        int turns = 0;
+        for (int i = 0; i < 60 && !gone; ++i) {
+            {
+                auto lease = co_await m->get("t");  // a turn: used, then released
+                EXPECT_TRUE(lease) << lease.error().describe();
+                if (lease && lease->kind() == AcquireKind::recreated) gone = true;
+                if (lease) {
+                    auto r = co_await lease->execute("true");
+                    turns += r.has_value();
+                }
+            }
+            co_await sleep_for(200ms);
+        }
+        EXPECT_TRUE(gone) << "the absolute TTL never ended the sandbox";
+        EXPECT_GT(turns, 3);
+        auto report = co_await m->shutdown();
+        EXPECT_TRUE(report.drained);
+        EXPECT_TRUE(co_await m->remove("t"));
+    });
+}
+
+TEST_F(ManagerTest, TheReaperKeepsGoingThroughApiFaults) {
+    SandboxManagerOptions o;
+    o.scope = "faults";
+    o.idle_ttl = 1s;
+    o.reap_interval = 200ms;
+    o.backoff_initial = 100ms;
+    o.backoff_max = 400ms;
+    KubeClientOptions quick;  // the client's own retries would only slow the test down
+    quick.max_retries = 1;
+    quick.retry_initial_backoff = 10ms;
+    auto m = manager(o, quick);
+    run([&]() -> asio::awaitable<void> {
+        auto lease = co_await m->get("t");
+        EXPECT_TRUE(lease) << lease.error().describe();
+        if (lease) lease->release();
+        // Every list of pods fails (beyond the client's retries) until cleared.
+        FaultRule broken;
+        broken.path_contains = "/pods?";
+        broken.method = "GET";
+        broken.count = -1;
+        broken.status = 500;
+        cluster_->add_fault(broken);
+        auto ex = co_await asio::this_coro::executor;
+        asio::co_spawn(ex, m->run(), asio::detached);
+        ManagerStats s;
+        for (int i = 0; i < 200 && s.reaper_errors < 2; ++i) {
+            co_await sleep_for(50ms);
+            s = co_await m->stats();
+        }
+        EXPECT_GE(s.reaper_errors, 2u);
+        EXPECT_EQ(s.reaped, 0u);
+        cluster_->clear_faults();
+        for (int i = 0; i < 200 && s.reaped == 0; ++i) {
+            co_await sleep_for(50ms);
+            s = co_await m->stats();
+        }
+        EXPECT_EQ(s.reaped, 1u) << "the reaper did not recover once the API did";
+        EXPECT_FALSE(co_await pod_exists(m->sandbox_id_for("t")));
+        co_await m->shutdown();
+    });
+}
+
+TEST_F(ManagerTest, ShutdownDuringAnAcquisitionLeavesNothingBehind) {
+    SandboxManagerOptions o;
+    o.scope = "mid-shutdown";
+    auto m = manager(o);
+    FaultRule slow;
+    slow.path_contains = "/pods";
+    slow.method = "POST";
+    slow.count = -1;
+    slow.action = FaultRule::Action::latency;
+    slow.latency = 1500ms;
+    cluster_->add_fault(slow);
+    run([&]() -> asio::awaitable<void> {
+        auto ex = co_await asio::this_coro::executor;
+        bool finished = false;
+        asio::co_spawn(
+            ex,
+            [&]() -> asio::awaitable<void> {
+                auto lease = co_await m->get("t");
+                EXPECT_FALSE(lease) << "an acquisition outlived shutdown(delete_sandboxes)";
+                if (!lease) {
+                    EXPECT_TRUE(lease.error().is(errc::cancelled)) << lease.error().describe();
+                }
+                finished = true;
+            },
+            asio::detached);
+        co_await sleep_for(300ms);
+        ShutdownOptions so;
+        so.graceful = 100ms;
+        so.delete_sandboxes = true;
+        auto report = co_await m->shutdown(so);
+        EXPECT_FALSE(report.drained);
+        cluster_->clear_faults();
+        while (!finished) co_await sleep_for(50ms);
+        EXPECT_EQ(co_await pods_of_scope("mid-shutdown"), 0u);
     });
 }
 
