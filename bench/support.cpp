@@ -66,6 +66,8 @@ Sizes quick_sizes() {
     s.list_page = 50;
     s.concurrent_calls = 100;
     s.concurrent_sandboxes = 5;
+    s.manager_threads = 10;
+    s.manager_entries = 10'000;
     return s;
 }
 
@@ -80,6 +82,8 @@ Sizes smoke_sizes() {
     s.list_reps = 1;
     s.concurrent_calls = 10;
     s.concurrent_sandboxes = 2;
+    s.manager_threads = 3;
+    s.manager_entries = 1000;
     return s;
 }
 
@@ -151,7 +155,8 @@ Row single_row(std::string scenario, std::string variant, std::string unit, doub
 // "x2.5 vs kubectl": how many times faster the first row is than the second, by the median.
 void compare_to_peer(Row& ours, const Row& peer, const std::string& peer_name, bool cpu) {
     if (ours.median <= 0 || peer.median <= 0) return;
-    double f = ours.unit == "MB/s" ? ours.median / peer.median : peer.median / ours.median;
+    const bool rate = ours.unit.ends_with("/s");  // MB/s, threads/s: more is better
+    double f = rate ? ours.median / peer.median : peer.median / ours.median;
     char buf[96];
     const char* better = cpu ? "less CPU" : "faster";
     const char* worse = cpu ? "more CPU" : "slower";

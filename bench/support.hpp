@@ -37,6 +37,8 @@ struct Sizes {
     int list_reps = 5;
     int concurrent_calls = 1000;
     int concurrent_sandboxes = 50;
+    int manager_threads = 50;       // cold acquisitions, through the manager and direct
+    int manager_entries = 100'000;  // bound threads for memory per thread
 };
 
 struct Summary {
@@ -84,6 +86,8 @@ void print_table(std::ostream& out);
 void write_json_lines(std::ostream& out);
 
 double cpu_of(const struct rusage& ru);
+// heap_counter.cpp: bytes this thread holds through operator new right now.
+long long thread_heap_bytes();
 ProcResult run_process(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env, bool capture);
 
 // Runs one coroutine to completion (or the deadline) on `io`; background coroutines spawned by
@@ -148,6 +152,7 @@ void scenario_cold_warm(boost::asio::io_context& io, LocalCluster& cluster, cons
 void scenario_exec(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
 void scenario_list(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
 void scenario_concurrent(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
+void scenario_manager(boost::asio::io_context& io, LocalCluster& cluster, const Sizes& sz);
 int exec_client_main(int argc, char** argv);
 
 }  // namespace kubesandbox::bench

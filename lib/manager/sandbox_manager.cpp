@@ -249,11 +249,14 @@ asio::awaitable<Result<SandboxLease>> get_on_strand(ImplPtr impl, std::string th
     if (auto valid = manager::validate_thread_id(thread_id); !valid) co_return fail(valid.error());
     Entry& e = impl->table[thread_id];
     if (e.slot && !e.slot->lost.load() && !e.pending) co_return Slot::lease(e.slot, AcquireKind::cached);
-    if (!e.pending) {
-        e.pending = std::make_shared<Pending>(impl->strand);
-        asio::co_spawn(impl->strand, acquire(impl, thread_id, options, e.pending), asio::detached);
+    // Held here, not read back from `e`: the acquisition may run to its end inside co_spawn (a
+    // provider that answers without suspending), resetting e.pending or erasing `e`.
+    std::shared_ptr<Pending> pending = e.pending;
+    if (!pending) {
+        pending = std::make_shared<Pending>(impl->strand);
+        e.pending = pending;
+        asio::co_spawn(impl->strand, acquire(impl, thread_id, options, pending), asio::detached);
     }
-    std::shared_ptr<Pending> pending = e.pending;  // `e` may move while this waits
     while (!pending->result) co_await pending->done.async_wait(tuple_awaitable);
     const auto& r = *pending->result;
     if (!r) co_return fail(r.error());

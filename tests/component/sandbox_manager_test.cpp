@@ -84,6 +84,20 @@ TEST_F(SandboxManagerTest, ConcurrentGetsOfOneThreadShareOneAcquisition) {
     });
 }
 
+TEST_F(SandboxManagerTest, AProviderThatAnswersWithoutSuspendingIsServed) {
+    world_->instant = true;
+    world_->fail_next_acquisitions = 1;
+    auto m = manager();
+    run([&]() -> asio::awaitable<void> {
+        auto failed = co_await m->get("t");
+        EXPECT_FALSE(failed);
+        auto lease = co_await m->get("t");
+        EXPECT_TRUE(lease) << lease.error().describe();
+        auto again = co_await m->get("t");
+        EXPECT_TRUE(again && again->kind() == AcquireKind::cached);
+    });
+}
+
 TEST_F(SandboxManagerTest, ThreadsNeverWaitOnEachOther) {
     auto m = manager();
     {

@@ -38,6 +38,7 @@ public:
         std::atomic<int> fail_next_acquisitions{0};
         std::atomic<int> fail_next_cleanups{0};
         std::atomic<bool> gate_closed{false};  // acquisitions wait while closed
+        std::atomic<bool> instant{false};      // acquisitions answer without suspending
         std::set<std::string> gated_ids;       // only these wait (empty: all)
         std::atomic<int> next_instance{1};
         std::atomic<int> deletes{0};
@@ -51,14 +52,16 @@ public:
         namespace asio = boost::asio;
         std::string id = options.sandbox_id.value_or("random-" + std::to_string(world_->next_instance++));
         ++world_->acquisitions;
-        asio::steady_timer wait(co_await asio::this_coro::executor);
-        while (world_->gate_closed.load() && gated(id)) {
-            wait.expires_after(std::chrono::milliseconds(2));
+        if (!world_->instant.load()) {
+            asio::steady_timer wait(co_await asio::this_coro::executor);
+            while (world_->gate_closed.load() && gated(id)) {
+                wait.expires_after(std::chrono::milliseconds(2));
+                co_await wait.async_wait(asio::as_tuple(asio::use_awaitable));
+            }
+            // A network round trip's worth of suspension, so concurrent calls overlap.
+            wait.expires_after(std::chrono::milliseconds(1));
             co_await wait.async_wait(asio::as_tuple(asio::use_awaitable));
         }
-        // A network round trip's worth of suspension, so concurrent calls overlap.
-        wait.expires_after(std::chrono::milliseconds(1));
-        co_await wait.async_wait(asio::as_tuple(asio::use_awaitable));
         if (world_->fail_next_acquisitions.load() > 0) {
             --world_->fail_next_acquisitions;
             co_return fail(errc::internal_error, "injected acquisition failure");
