@@ -21,7 +21,10 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -89,7 +92,7 @@ std::optional<Args> parse_args(int argc, char** argv) {
         else if (k == "-n" || k == "--namespace") a.namespace_name = v;
         else if (k == "--image") a.image = v;
         else if (k == "--scope") a.scope = v;
-        else if (k == "--port") ok = number(a.port);
+        else if (k == "--port") ok = parse_int(v).value_or(70000) <= 65535 && number(a.port);
         else if (k == "--warm-pool") ok = number(a.warm_pool);
         else if (k == "--threads") ok = number(a.threads) && a.threads > 0;
         else if (k == "--idle-ttl") ok = (a.idle_ttl = parse_int(v)).has_value();
@@ -282,11 +285,14 @@ asio::awaitable<void> session(Server& server, tcp::socket socket) {
     stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
 }
 
-asio::awaitable<void> accept_loop(Server& server, tcp::acceptor& acceptor) {
+// Each connection on a strand of its own: with --threads > 1 its reads, writes and timeouts
+// never run at once.
+asio::awaitable<void> accept_loop(Server& server, tcp::acceptor& acceptor, asio::io_context& io) {
     for (;;) {
-        auto [ec, socket] = co_await acceptor.async_accept(tuple_awaitable);
+        auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(io), tuple_awaitable);
         if (ec) break;  // closed at shutdown
-        asio::co_spawn(acceptor.get_executor(), session(server, std::move(socket)), asio::detached);
+        auto ex = socket.get_executor();
+        asio::co_spawn(ex, session(server, std::move(socket)), asio::detached);
     }
 }
 
@@ -337,7 +343,7 @@ int main(int argc, char** argv) {
     };
     Server server{std::make_shared<ks::SandboxManager>(io.get_executor(), provider, mo)};
 
-    tcp::acceptor acceptor(io);
+    tcp::acceptor acceptor(asio::make_strand(io));  // closed from the signal handler: one strand
     tcp::endpoint endpoint(asio::ip::make_address("127.0.0.1"), args->port);
     boost::system::error_code ec;
     acceptor.open(endpoint.protocol(), ec);
@@ -351,7 +357,7 @@ int main(int argc, char** argv) {
     std::cout << "listening on 127.0.0.1:" << acceptor.local_endpoint().port() << std::endl;
 
     asio::co_spawn(io, server.manager->run(), asio::detached);
-    asio::co_spawn(io, accept_loop(server, acceptor), asio::detached);
+    asio::co_spawn(acceptor.get_executor(), accept_loop(server, acceptor, io), asio::detached);
 
     // SIGTERM/SIGINT: stop accepting, let requests finish, delete this instance's sandboxes
     // when asked, then stop.
@@ -360,13 +366,21 @@ int main(int argc, char** argv) {
     signals.async_wait([&](boost::system::error_code sec, int) {
         if (sec) return;
         server.stopping = true;
-        acceptor.close();
+        asio::post(acceptor.get_executor(), [&] { acceptor.close(); });
         asio::co_spawn(
             io,
             [&]() -> asio::awaitable<void> {
                 ks::ShutdownOptions so;
                 so.delete_sandboxes = args->delete_on_exit;
                 auto report = co_await server.manager->shutdown(so);
+                // Acquisitions still in flight finish (and, with --delete-on-exit, delete what
+                // they made) before the loop stops.
+                for (int i = 0; i < 600; ++i) {
+                    auto s = co_await server.manager->stats();
+                    if (s.acquisitions_in_flight == 0) break;
+                    asio::steady_timer t(io, 100ms);
+                    co_await t.async_wait(tuple_awaitable);
+                }
                 std::clog << "shutdown: " << (report.drained ? "drained" : "not drained") << ", " << report.deleted
                           << " sandboxes deleted\n";
                 for (const auto& e : report.errors) std::clog << "  " << e.id << ": " << e.error.describe() << "\n";

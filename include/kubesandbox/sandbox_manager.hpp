@@ -65,6 +65,10 @@ struct SandboxManagerOptions {
     std::optional<std::chrono::seconds> idle_ttl{std::chrono::minutes(30)};
     std::optional<std::chrono::seconds> absolute_ttl{};
     OnLost on_lost{OnLost::recreate};
+    // A bound sandbox unused here for this long is checked against the cluster (one GET) on the
+    // next get(), so one deleted or re-created by someone else meanwhile is reported, never used
+    // as if it were the old one. 0 = on every get.
+    std::chrono::milliseconds verify_after{std::chrono::seconds(30)};
     // Time between reaper passes; after failed passes the reaper backs off exponentially from
     // backoff_initial to backoff_max.
     std::chrono::milliseconds reap_interval{std::chrono::seconds(60)};

@@ -80,6 +80,7 @@ struct SandboxInfo {
     std::map<std::string, std::string> labels{};  // user labels, prefix stripped
     std::string created_at{};
     std::string last_activity{};
+    std::string instance{};  // as Acquisition::instance (a pod's uid)
 };
 
 struct ListSandboxesOptions {

@@ -1,5 +1,7 @@
 #include "manager/manager_core.hpp"
 
+#include "util/time_format.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -65,9 +67,18 @@ Verdict classify(SandboxOrigin origin, std::string_view known_instance, std::str
 bool reconnect_only(OnLost on_lost, bool has_history) { return on_lost == OnLost::error && has_history; }
 
 bool veto_reaping(std::size_t busy, std::chrono::steady_clock::time_point last_used,
-                  std::chrono::steady_clock::time_point now, std::optional<std::chrono::seconds> idle_ttl) {
+                  std::chrono::steady_clock::time_point now, std::optional<std::chrono::seconds> idle_ttl,
+                  bool past_absolute_ttl) {
     if (busy > 0) return true;
+    if (past_absolute_ttl) return false;
     return idle_ttl && now - last_used < *idle_ttl;
+}
+
+bool past_absolute_ttl(std::string_view created_at, std::optional<std::chrono::seconds> absolute_ttl,
+                       std::chrono::system_clock::time_point now) {
+    if (!absolute_ttl) return false;
+    auto created = util::parse_rfc3339(created_at);
+    return created && now - *created >= *absolute_ttl;
 }
 
 std::chrono::milliseconds next_pass_in(std::chrono::milliseconds interval, unsigned failures,

@@ -37,10 +37,17 @@ Verdict classify(SandboxOrigin origin, std::string_view known_instance, std::str
 // With OnLost::error and a history, only an existing sandbox will do: look, do not create.
 bool reconnect_only(OnLost on_lost, bool has_history);
 
-// This process's veto on reaping a sandbox: busy (a lease alive) or used here within the idle
-// TTL (the cluster's activity annotation is debounced and may lag).
+// This process's veto on reaping a sandbox: busy (a lease alive), or used here within the idle
+// TTL (the cluster's activity annotation is debounced and may lag) unless its absolute TTL is
+// over, which only a command in flight defers.
 bool veto_reaping(std::size_t busy, std::chrono::steady_clock::time_point last_used,
-                  std::chrono::steady_clock::time_point now, std::optional<std::chrono::seconds> idle_ttl);
+                  std::chrono::steady_clock::time_point now, std::optional<std::chrono::seconds> idle_ttl,
+                  bool past_absolute_ttl);
+
+// Whether a sandbox created at `created_at` (RFC 3339, as SandboxInfo carries it) has outlived
+// `absolute_ttl`; false when either is unknown.
+bool past_absolute_ttl(std::string_view created_at, std::optional<std::chrono::seconds> absolute_ttl,
+                       std::chrono::system_clock::time_point now);
 
 // The wait before the next reaper pass after `failures` failed passes in a row (0 = the
 // normal interval): exponential from `initial`, capped at `max`, jittered by `jitter01` in

@@ -13,7 +13,10 @@ namespace {
 // moved from or released meanwhile.
 struct BusyGuard {
     std::shared_ptr<SandboxLease::Slot> slot;
-    explicit BusyGuard(std::shared_ptr<SandboxLease::Slot> s) : slot(std::move(s)) { slot->acquire_busy(); }
+    explicit BusyGuard(std::shared_ptr<SandboxLease::Slot> s) : slot(std::move(s)) {
+        slot->acquire_busy();
+        slot->record_use();
+    }
     BusyGuard(const BusyGuard&) = delete;
     BusyGuard& operator=(const BusyGuard&) = delete;
     ~BusyGuard() {

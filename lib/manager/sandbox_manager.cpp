@@ -85,6 +85,7 @@ struct Entry {
     std::string instance;  // the incarnation last seen ("" = unknown)
     bool seen = false;     // this thread had a sandbox here
     steady_clock::time_point last_change = steady_clock::now();
+    steady_clock::time_point verified = steady_clock::now();  // the cluster last confirmed `instance`
 };
 
 }  // namespace
@@ -97,6 +98,7 @@ struct SandboxManager::Impl {
     asio::steady_timer reaper_timer;
     bool stopping = false;
     bool delete_late = false;  // acquisitions finishing from now on delete what they made
+    bool reaper_running = false;
     std::minstd_rand jitter{std::random_device{}()};
     ManagerStats counters;
 
@@ -166,10 +168,28 @@ void count(ManagerStats& c, AcquireKind kind) {
     }
 }
 
+// Whatever ends an acquisition (an exception included), its waiters wake with a result:
+// otherwise every later get() of the thread would wait forever.
+struct ResolveOnExit {
+    std::shared_ptr<Pending> pending;
+    ImplPtr impl;
+    std::string thread_id;
+    ~ResolveOnExit() {
+        if (pending->result) return;
+        pending->result = fail(errc::io_error, "the acquisition ended without a result");
+        if (auto it = impl->table.find(thread_id); it != impl->table.end() && it->second.pending == pending) {
+            it->second.pending.reset();
+            if (!it->second.slot && !it->second.seen) impl->table.erase(it);
+        }
+        pending->done.cancel();
+    }
+};
+
 // Runs on the strand, owned by the manager rather than by the first caller: a caller that
-// gives up does not fail the others.
+// gives up does not fail the others. Concurrent gets share the first caller's GetOptions.
 asio::awaitable<void> acquire(ImplPtr impl, std::string thread_id, GetOptions get_options,
                               std::shared_ptr<Pending> pending) {
+    ResolveOnExit resolve{pending, impl, thread_id};
     std::string known;
     bool seen = false;
     if (auto it = impl->table.find(thread_id); it != impl->table.end()) {
@@ -197,18 +217,24 @@ asio::awaitable<void> acquire(ImplPtr impl, std::string thread_id, GetOptions ge
             }
         } else {
             auto verdict = manager::classify(got->origin, known, got->instance, history);
-            instance = got->instance;
             if (verdict.lost) ++impl->counters.lost;
+            // Under OnLost::error the replacement is not remembered: every get() says
+            // sandbox_lost until the host asks for the new sandbox (GetOptions::on_lost).
+            if (!(verdict.lost && policy == OnLost::error)) instance = got->instance;
             if (verdict.lost && policy == OnLost::error) {
                 result = fail(errc::sandbox_lost, "the sandbox of thread " + thread_id +
                                                       " was lost; a new one now stands under its id " + sandbox_id);
             } else {
                 count(impl->counters, verdict.kind);
-                result = Acquired{std::make_shared<Slot>(std::move(got->sandbox), thread_id), verdict.kind};
+                result =
+                    Acquired{std::make_shared<Slot>(std::move(got->sandbox), thread_id, impl->provider, sandbox_id),
+                             verdict.kind};
             }
         }
     } catch (const std::exception& e) {
         result = fail(errc::io_error, std::string("acquisition failed: ") + e.what());
+    } catch (...) {
+        result = fail(errc::io_error, "acquisition failed: unknown exception");
     }
     // Finished after shutdown(delete_sandboxes) stopped waiting for it: nothing it made may
     // outlive the manager.
@@ -229,8 +255,10 @@ asio::awaitable<void> acquire(ImplPtr impl, std::string thread_id, GetOptions ge
             e.instance = *instance;
             e.seen = true;
         }
-        if (result) e.slot = result->slot;
-        else if (!e.seen && !e.slot) impl->table.erase(it);  // a failure is not remembered
+        if (result) {
+            e.slot = result->slot;
+            e.verified = steady_clock::now();
+        } else if (!e.seen && !e.slot) impl->table.erase(it);  // a failure is not remembered
     }
     if (!result) {
         impl->options.logger.log(LogLevel::info, "thread " + thread_id + ": " + result.error().describe());
@@ -245,10 +273,32 @@ asio::awaitable<void> acquire(ImplPtr impl, std::string thread_id, GetOptions ge
 }
 
 asio::awaitable<Result<SandboxLease>> get_on_strand(ImplPtr impl, std::string thread_id, GetOptions options) {
+    if (auto scope_ok = manager::validate_scope(impl->options.scope); !scope_ok) co_return fail(scope_ok.error());
     if (impl->stopping) co_return fail(errc::cancelled, "the sandbox manager is shutting down");
     if (auto valid = manager::validate_thread_id(thread_id); !valid) co_return fail(valid.error());
+    {
+        Entry& e = impl->table[thread_id];
+        if (e.slot && !e.slot->lost.load() && !e.pending) {
+            if (steady_clock::now() - e.verified < impl->options.verify_after)
+                co_return Slot::lease(e.slot, AcquireKind::cached);
+            auto slot = e.slot;
+            const std::string instance = e.instance;
+            auto info = co_await impl->provider->describe(manager::sandbox_id_for(impl->options.scope, thread_id));
+            // Someone else's deletion or re-creation shows as another instance (or none).
+            const bool same = info && (info->instance.empty() || info->instance == instance) &&
+                              info->status != "failed" && info->status != "terminated";
+            if (same || (!info && !info.error().is(errc::not_found))) {  // unverifiable: the op will tell
+                auto it = impl->table.find(thread_id);
+                if (it != impl->table.end() && it->second.slot == slot && !it->second.pending) {
+                    if (same) it->second.verified = steady_clock::now();
+                    co_return Slot::lease(slot, AcquireKind::cached);
+                }
+            } else {
+                slot->lost.store(true);
+            }
+        }
+    }
     Entry& e = impl->table[thread_id];
-    if (e.slot && !e.slot->lost.load() && !e.pending) co_return Slot::lease(e.slot, AcquireKind::cached);
     // Held here, not read back from `e`: the acquisition may run to its end inside co_spawn (a
     // provider that answers without suspending), resetting e.pending or erasing `e`.
     std::shared_ptr<Pending> pending = e.pending;
@@ -260,6 +310,7 @@ asio::awaitable<Result<SandboxLease>> get_on_strand(ImplPtr impl, std::string th
     while (!pending->result) co_await pending->done.async_wait(tuple_awaitable);
     const auto& r = *pending->result;
     if (!r) co_return fail(r.error());
+    if (impl->delete_late) co_return fail(errc::cancelled, "the sandbox manager shut down and deleted its sandboxes");
     co_return Slot::lease(r->slot, r->kind);
 }
 
@@ -270,9 +321,14 @@ asio::awaitable<Result<CleanupResult>> pass_on_strand(ImplPtr impl) {
         auto thread = manager::thread_of(impl->options.scope, info.id);
         if (!thread) return true;
         auto it = impl->table.find(*thread);
-        if (it == impl->table.end() || !it->second.slot) return true;
+        if (it == impl->table.end()) return true;
         Entry& e = it->second;
-        if (manager::veto_reaping(e.slot->busy.load(), e.slot->last_use(), steady_clock::now(), impl->options.idle_ttl))
+        if (e.pending) return false;  // being acquired right now
+        if (!e.slot) return true;
+        const bool past_absolute =
+            manager::past_absolute_ttl(info.created_at, impl->options.absolute_ttl, std::chrono::system_clock::now());
+        if (manager::veto_reaping(e.slot->busy.load(std::memory_order_acquire), e.slot->last_use(), steady_clock::now(),
+                                  impl->options.idle_ttl, past_absolute))
             return false;
         // Unbound before the delete: a get() from now on looks in the cluster again.
         e.slot.reset();
@@ -280,12 +336,25 @@ asio::awaitable<Result<CleanupResult>> pass_on_strand(ImplPtr impl) {
         return true;
     };
     ++impl->counters.reaper_passes;
+    // Heartbeat: sandboxes busy here are recorded as active (debounced by the provider), so the
+    // reapers of other processes, which cannot see this one's leases, keep them too.
+    for (const auto& [thread, e] : impl->table)
+        if (e.slot && e.slot->busy.load(std::memory_order_acquire) > 0)
+            impl->provider->record_activity(manager::sandbox_id_for(impl->options.scope, thread));
     auto r = co_await impl->provider->cleanup(std::move(co));
     if (r) {
         impl->counters.reaped += r->deleted.size();
-        for (const auto& id : r->deleted)
-            if (auto thread = manager::thread_of(impl->options.scope, id))
-                emit(*impl, ManagerEvent::Kind::reaped, *thread);
+        for (const auto& id : r->deleted) {
+            auto thread = manager::thread_of(impl->options.scope, id);
+            if (!thread) continue;
+            // Dead sandboxes are reaped without asking: unbind them here too.
+            if (auto it = impl->table.find(*thread); it != impl->table.end() && it->second.slot) {
+                it->second.slot->lost.store(true);
+                it->second.slot.reset();
+                it->second.last_change = steady_clock::now();
+            }
+            emit(*impl, ManagerEvent::Kind::reaped, *thread);
+        }
     }
     auto now = steady_clock::now();
     std::erase_if(impl->table, [&](const auto& kv) {
@@ -296,6 +365,15 @@ asio::awaitable<Result<CleanupResult>> pass_on_strand(ImplPtr impl) {
 }
 
 asio::awaitable<void> run_on_strand(ImplPtr impl) {
+    if (impl->reaper_running) {
+        impl->options.logger.warning("run() called while the reaper runs: ignored");
+        co_return;
+    }
+    impl->reaper_running = true;
+    struct Stopped {
+        SandboxManager::Impl& impl;
+        ~Stopped() { impl.reaper_running = false; }
+    } stopped{*impl};
     unsigned failures = 0;
     std::uniform_real_distribution<double> unit(0.0, 1.0);
     const auto& o = impl->options;
@@ -409,47 +487,48 @@ SandboxManager::SandboxManager(asio::any_io_executor executor, std::shared_ptr<S
     : impl_(std::make_shared<Impl>(std::move(executor), std::move(provider), std::move(options))) {}
 
 SandboxManager::~SandboxManager() {
-    // Coroutines still on the strand keep the Impl alive; they only need to stop.
+    // Coroutines still on the strand keep the Impl alive; they only need to stop, and the host's
+    // callback may be gone with the host.
     asio::post(impl_->strand, [impl = impl_] {
         impl->stopping = true;
         impl->reaper_timer.cancel();
+        impl->options.on_event = nullptr;
     });
 }
 
+// The public operations are plain functions returning the strand's awaitable: nothing refers to
+// `this` once they return, so a manager may be destroyed while its operations are pending.
 asio::awaitable<Result<SandboxLease>> SandboxManager::get(std::string thread_id, GetOptions options) {
-    auto scope_ok = manager::validate_scope(impl_->options.scope);
-    if (!scope_ok) co_return fail(scope_ok.error());
-    co_return co_await asio::co_spawn(impl_->strand, get_on_strand(impl_, std::move(thread_id), std::move(options)),
-                                      asio::use_awaitable);
-}
-
-asio::awaitable<Result<bool>> SandboxManager::remove(std::string thread_id) {
-    co_return co_await asio::co_spawn(impl_->strand, remove_on_strand(impl_, std::move(thread_id)),
-                                      asio::use_awaitable);
+    return asio::co_spawn(impl_->strand, get_on_strand(impl_, std::move(thread_id), std::move(options)),
+                          asio::use_awaitable);
 }
 
 asio::awaitable<Result<std::optional<SandboxInfo>>> SandboxManager::find(std::string thread_id) {
-    co_return co_await asio::co_spawn(impl_->strand, find_on_strand(impl_, std::move(thread_id)), asio::use_awaitable);
+    return asio::co_spawn(impl_->strand, find_on_strand(impl_, std::move(thread_id)), asio::use_awaitable);
+}
+
+asio::awaitable<Result<bool>> SandboxManager::remove(std::string thread_id) {
+    return asio::co_spawn(impl_->strand, remove_on_strand(impl_, std::move(thread_id)), asio::use_awaitable);
 }
 
 asio::awaitable<Result<SandboxPage>> SandboxManager::list(ListSandboxesOptions options) {
-    co_return co_await asio::co_spawn(impl_->strand, list_on_strand(impl_, std::move(options)), asio::use_awaitable);
+    return asio::co_spawn(impl_->strand, list_on_strand(impl_, std::move(options)), asio::use_awaitable);
 }
 
 asio::awaitable<Result<CleanupResult>> SandboxManager::cleanup() {
-    co_return co_await asio::co_spawn(impl_->strand, pass_on_strand(impl_), asio::use_awaitable);
+    return asio::co_spawn(impl_->strand, pass_on_strand(impl_), asio::use_awaitable);
 }
 
 asio::awaitable<void> SandboxManager::run() {
-    co_await asio::co_spawn(impl_->strand, run_on_strand(impl_), asio::use_awaitable);
+    return asio::co_spawn(impl_->strand, run_on_strand(impl_), asio::use_awaitable);
 }
 
 asio::awaitable<ShutdownReport> SandboxManager::shutdown(ShutdownOptions options) {
-    co_return co_await asio::co_spawn(impl_->strand, shutdown_on_strand(impl_, options), asio::use_awaitable);
+    return asio::co_spawn(impl_->strand, shutdown_on_strand(impl_, options), asio::use_awaitable);
 }
 
 asio::awaitable<ManagerStats> SandboxManager::stats() {
-    co_return co_await asio::co_spawn(impl_->strand, stats_on_strand(impl_), asio::use_awaitable);
+    return asio::co_spawn(impl_->strand, stats_on_strand(impl_), asio::use_awaitable);
 }
 
 std::string SandboxManager::sandbox_id_for(std::string_view thread_id) const {

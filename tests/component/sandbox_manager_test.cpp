@@ -179,6 +179,27 @@ TEST_F(SandboxManagerTest, ALostSandboxIsRecreatedAndSaidSo) {
     });
 }
 
+TEST_F(SandboxManagerTest, AStaleBindingIsCheckedAgainstTheCluster) {
+    SandboxManagerOptions o;
+    o.verify_after = 0ms;
+    auto m = manager(o);
+    run([&]() -> asio::awaitable<void> {
+        auto first = co_await m->get("t");
+        EXPECT_TRUE(first && first->kind() == AcquireKind::created);
+        auto same = co_await m->get("t");
+        EXPECT_TRUE(same && same->kind() == AcquireKind::cached);
+        {
+            // Re-created by someone else under the same id: a new, empty incarnation.
+            std::lock_guard lock(world_->mutex);
+            world_->sandboxes.begin()->second.instance = "uid-someone-else";
+        }
+        auto next = co_await m->get("t");
+        EXPECT_TRUE(next && next->kind() == AcquireKind::recreated) << (next ? to_string(next->kind()) : "error");
+        auto after = co_await m->get("t");
+        EXPECT_TRUE(after && after->kind() == AcquireKind::cached);
+    });
+}
+
 TEST_F(SandboxManagerTest, ALostSandboxIsATypedErrorUnderTheErrorPolicy) {
     SandboxManagerOptions o;
     o.on_lost = OnLost::error;

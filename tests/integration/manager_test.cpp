@@ -171,6 +171,43 @@ TEST_F(ManagerTest, ASandboxDeletedBehindTheManagersBackIsReportedNotSilentlyRep
     });
 }
 
+TEST_F(ManagerTest, ASandboxReCreatedByAnotherReplicaIsReported) {
+    SandboxManagerOptions o;
+    o.scope = "replaced";
+    o.verify_after = 0ms;
+    auto a = manager(o);
+    auto b = manager(o);
+    run([&]() -> asio::awaitable<void> {
+        auto first = co_await a->get("t");
+        EXPECT_TRUE(first && first->kind() == AcquireKind::created);
+        if (!first) co_return;
+        auto w = co_await first->execute("echo mine > /workspace/file");
+        EXPECT_TRUE(w && w->exit_code == 0);
+        first->release();
+        ResourcePath pod;
+        pod.plural = "pods";
+        pod.namespace_name = "default";
+        pod.name = RawProvider::pod_name_for(a->sandbox_id_for("t"));
+        DeleteOptions now;
+        now.grace_period_seconds = 0;
+        auto kc = client();
+        EXPECT_TRUE(co_await kc.remove(pod, now));
+        // Replica B, which never saw the thread, makes a new sandbox under the same name.
+        auto other = co_await b->get("t");
+        EXPECT_TRUE(other && other->kind() == AcquireKind::created);
+        // A must not use it as if it were the old one.
+        auto again = co_await a->get("t");
+        EXPECT_TRUE(again) << again.error().describe();
+        if (!again) co_return;
+        EXPECT_EQ(again->kind(), AcquireKind::recreated);
+        auto r = co_await again->execute("cat /workspace/file");
+        EXPECT_TRUE(r && r->exit_code != 0);
+        again->release();
+        if (other) other->release();
+        EXPECT_TRUE(co_await a->remove("t"));
+    });
+}
+
 TEST_F(ManagerTest, TheReaperDeletesIdleSandboxesAndSparesBusyOnes) {
     SandboxManagerOptions o;
     o.scope = "reap";

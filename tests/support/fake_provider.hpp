@@ -93,6 +93,7 @@ public:
         info.id = id;
         info.labels = it->second.labels;
         info.status = "running";
+        info.instance = it->second.instance;
         co_return info;
     }
 

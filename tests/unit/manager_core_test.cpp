@@ -1,5 +1,6 @@
 // The SandboxManager's pure decisions: ids, the acquisition verdicts, the reaping veto, back-off.
 #include "manager/manager_core.hpp"
+#include "util/time_format.hpp"
 
 #include <gtest/gtest.h>
 
@@ -86,11 +87,24 @@ TEST(ManagerCore, OnlyTheErrorPolicyWithHistoryRefusesToCreate) {
 
 TEST(ManagerCore, BusyOrRecentlyUsedSandboxesAreNotReaped) {
     auto now = steady_clock::now();
-    EXPECT_TRUE(veto_reaping(1, now - 10h, now, 60s));
-    EXPECT_TRUE(veto_reaping(1, now - 10h, now, std::nullopt));
-    EXPECT_TRUE(veto_reaping(0, now - 59s, now, 60s));
-    EXPECT_FALSE(veto_reaping(0, now - 61s, now, 60s));
-    EXPECT_FALSE(veto_reaping(0, now, now, std::nullopt));
+    EXPECT_TRUE(veto_reaping(1, now - 10h, now, 60s, false));
+    EXPECT_TRUE(veto_reaping(1, now - 10h, now, std::nullopt, false));
+    EXPECT_TRUE(veto_reaping(0, now - 59s, now, 60s, false));
+    EXPECT_FALSE(veto_reaping(0, now - 61s, now, 60s, false));
+    EXPECT_FALSE(veto_reaping(0, now, now, std::nullopt, false));
+    // Past the absolute TTL recent use no longer protects; a command in flight still does.
+    EXPECT_FALSE(veto_reaping(0, now - 1s, now, 60s, true));
+    EXPECT_TRUE(veto_reaping(1, now - 1s, now, 60s, true));
+}
+
+TEST(ManagerCore, TheAbsoluteTtlCountsFromCreation) {
+    auto now = std::chrono::system_clock::now();
+    auto created = kubesandbox::util::format_rfc3339(now - 90s);
+    EXPECT_TRUE(past_absolute_ttl(created, 60s, now));
+    EXPECT_FALSE(past_absolute_ttl(created, 120s, now));
+    EXPECT_FALSE(past_absolute_ttl(created, std::nullopt, now));
+    EXPECT_FALSE(past_absolute_ttl("", 60s, now));
+    EXPECT_FALSE(past_absolute_ttl("not a time", 60s, now));
 }
 
 TEST(ManagerCore, TheReaperBacksOffExponentiallyWithJitterAndACap) {

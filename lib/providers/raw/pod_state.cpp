@@ -152,6 +152,7 @@ SandboxInfo info_of(const json::object& pod) {
     else if (!label.empty() && label != info.pod_name) info.id = label;  // a caller id
     else info.id = info.pod_name;  // a random sandbox: its pod name (accepted as an id like id())
     info.status = status_of(pod);
+    info.instance = string_at(m, "uid");
     info.created_at = annotation_of(pod, keys::created_at);
     if (info.created_at.empty()) info.created_at = string_at(m, "creationTimestamp");
     info.last_activity = annotation_of(pod, keys::last_activity);

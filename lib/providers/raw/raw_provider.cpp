@@ -97,6 +97,7 @@ asio::awaitable<Result<PodAcquisition>> acquire_pod(raw::StatePtr st, GetOrCreat
                 replaced = true;
             } else {
                 if (ev.state == raw::PodState::failed) co_return fail(ev.error);
+                const std::string uid = string_at(metadata_of(*got), "uid");  // before *got moves
                 auto w = co_await raw::wait_ready(st, ns, name, std::move(*got),
                                                   steady_clock::now() + cfg.startup_timeout, true);
                 if (!w) co_return fail(w.error());
@@ -105,9 +106,11 @@ asio::awaitable<Result<PodAcquisition>> acquire_pod(raw::StatePtr st, GetOrCreat
                     st->last_patch[id] = steady_clock::now();
                 }
                 auto p = co_await raw::patch_activity(st, ns, name);
-                if (!p && !p.error().is(errc::not_found)) co_return fail(p.error());
-                co_return PodAcquisition{raw::make_sandbox(st, ns, name, id), SandboxOrigin::existing,
-                                         string_at(metadata_of(*got), "uid")};
+                // Gone between the read and the patch (reaped by someone): not a sandbox to hand out.
+                if (!p && p.error().is(errc::not_found))
+                    co_return fail(errc::conflict, "sandbox " + id + " was deleted while it was being acquired");
+                if (!p) co_return fail(p.error());
+                co_return PodAcquisition{raw::make_sandbox(st, ns, name, id), SandboxOrigin::existing, uid};
             }
         } else if (!got.error().is(errc::not_found)) {
             co_return fail(got.error());
@@ -192,7 +195,7 @@ asio::awaitable<Result<bool>> RawProvider::delete_sandbox(std::string id) {
         st->last_patch.erase(id);
         st->last_patch.erase(target->id);
     }
-    co_return co_await raw::delete_objects(st, target->ns, target->pod, target->label, true);
+    co_return co_await raw::delete_objects(st, target->ns, target->pod, target->label, true, "");
 }
 
 void RawProvider::record_activity(const std::string& id) { raw::record_activity(state_, id); }

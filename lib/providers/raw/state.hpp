@@ -56,11 +56,12 @@ struct CreateOutcome {
 boost::asio::awaitable<Result<CreateOutcome>> create_and_wait(StatePtr st, std::string name, Identity identity,
                                                               bool deterministic, bool warm);
 // Removes pod, NetworkPolicy and (optionally) the per-sandbox namespace, only when ours.
-// `expected_version`: the pod's resourceVersion when the caller decided; a pod changed since
-// is not deleted (errc::conflict).
+// `expected_version`: the pod's resourceVersion when the caller decided ("" = any); a pod
+// changed since is not deleted (errc::conflict). No default argument: g++ 12 destroys a braced
+// default twice inside co_await.
 boost::asio::awaitable<Result<bool>> delete_objects(StatePtr st, std::string ns, std::string pod,
                                                     std::optional<std::string> expected_label, bool remove_namespace,
-                                                    std::string expected_version = {});
+                                                    std::string expected_version);
 boost::asio::awaitable<Result<void>> patch_annotations(StatePtr st, std::string ns, std::string pod,
                                                        boost::json::object annotations);
 boost::asio::awaitable<Result<void>> patch_activity(StatePtr st, std::string ns, std::string pod);

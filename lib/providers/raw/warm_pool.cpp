@@ -36,7 +36,9 @@ asio::awaitable<Result<int>> count_warm(StatePtr st) {
         // Only pods that are over for good (not a back-off a kubelet may still recover from).
         const auto& m = metadata_of(pod);
         if (m.contains("deletionTimestamp") || !evaluate_pod(pod).dead) continue;
-        auto removed = co_await delete_objects(st, string_at(m, "namespace"), string_at(m, "name"), std::nullopt, true);
+        // Preconditioned on what was listed: a pod claimed meanwhile is not ours to delete.
+        auto removed = co_await delete_objects(st, string_at(m, "namespace"), string_at(m, "name"), std::nullopt, true,
+                                               string_at(m, "resourceVersion"));
         if (!removed) st->options.logger.warning("dead warm pod not deleted: " + removed.error().describe());
     }
     co_return n;
