@@ -86,7 +86,8 @@ void print_table(std::ostream& out);
 void write_json_lines(std::ostream& out);
 
 double cpu_of(const struct rusage& ru);
-// heap_counter.cpp: bytes this thread holds through operator new right now.
+// heap_counter.cpp: bytes this thread holds through operator new right now; -1 when not
+// counted (under AddressSanitizer).
 long long thread_heap_bytes();
 ProcResult run_process(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env, bool capture);
 
