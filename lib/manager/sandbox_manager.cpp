@@ -77,6 +77,7 @@ struct Pending {
     explicit Pending(const Strand& strand) : done(strand, steady_clock::time_point::max()) {}
     asio::steady_timer done;
     std::optional<Result<Acquired>> result;
+    bool reconnect_only = false;  // the starter's policy looked without creating
 };
 
 struct Entry {
@@ -186,7 +187,8 @@ struct ResolveOnExit {
 };
 
 // Runs on the strand, owned by the manager rather than by the first caller: a caller that
-// gives up does not fail the others. Concurrent gets share the first caller's GetOptions.
+// gives up does not fail the others. The starter's GetOptions decide what it does; each caller
+// that joins applies its own to what it found (get_on_strand).
 asio::awaitable<void> acquire(ImplPtr impl, std::string thread_id, GetOptions get_options,
                               std::shared_ptr<Pending> pending) {
     ResolveOnExit resolve{pending, impl, thread_id};
@@ -201,6 +203,7 @@ asio::awaitable<void> acquire(ImplPtr impl, std::string thread_id, GetOptions ge
     GetOrCreateOptions go = creation_options(impl->options, thread_id);
     const bool create = !manager::reconnect_only(policy, history);
     go.create_if_missing = create;
+    pending->reconnect_only = !create;
     const std::string sandbox_id = *go.sandbox_id;
 
     Result<Acquired> result = fail(errc::cancelled, "acquisition did not finish");
@@ -302,6 +305,7 @@ asio::awaitable<Result<SandboxLease>> get_on_strand(ImplPtr impl, std::string th
     // Held here, not read back from `e`: the acquisition may run to its end inside co_spawn (a
     // provider that answers without suspending), resetting e.pending or erasing `e`.
     std::shared_ptr<Pending> pending = e.pending;
+    const bool started = !pending;
     if (!pending) {
         pending = std::make_shared<Pending>(impl->strand);
         e.pending = pending;
@@ -309,9 +313,23 @@ asio::awaitable<Result<SandboxLease>> get_on_strand(ImplPtr impl, std::string th
     }
     while (!pending->result) co_await pending->done.async_wait(tuple_awaitable);
     const auto& r = *pending->result;
-    if (!r) co_return fail(r.error());
+    const OnLost mine = options.on_lost.value_or(impl->options.on_lost);
+    if (!r) {
+        // Joined an acquisition whose policy only looked; this caller asked for a new sandbox.
+        if (!started && pending->reconnect_only && mine == OnLost::recreate && r.error().is(errc::sandbox_lost))
+            co_return co_await get_on_strand(impl, std::move(thread_id), std::move(options));
+        co_return fail(r.error());
+    }
     if (impl->delete_late) co_return fail(errc::cancelled, "the sandbox manager shut down and deleted its sandboxes");
-    co_return Slot::lease(r->slot, r->kind);
+    AcquireKind kind = r->kind;
+    if (!started) {
+        // A joiner's own knowledge and policy apply to what the shared acquisition found.
+        if (options.expect_existing && (kind == AcquireKind::created || kind == AcquireKind::adopted))
+            kind = AcquireKind::recreated;
+        if (kind == AcquireKind::recreated && mine == OnLost::error)
+            co_return fail(errc::sandbox_lost, "the sandbox of thread " + thread_id + " was lost");
+    }
+    co_return Slot::lease(r->slot, kind);
 }
 
 // One reaper pass: the provider reaps what is expired or dead, asking this process first.

@@ -231,6 +231,50 @@ TEST_F(SandboxManagerTest, ALostSandboxIsATypedErrorUnderTheErrorPolicy) {
     });
 }
 
+TEST_F(SandboxManagerTest, CallersJoiningAnAcquisitionKeepTheirOwnPolicy) {
+    auto m = manager();
+    run([&]() -> asio::awaitable<void> {
+        auto ex = co_await asio::this_coro::executor;
+        // The thread had a sandbox; it is gone.
+        auto first = co_await m->get("t");
+        EXPECT_TRUE(first);
+        {
+            std::lock_guard lock(world_->mutex);
+            world_->sandboxes.clear();
+            world_->gated_ids.insert(m->sandbox_id_for("t"));
+            world_->gated_ids.insert(m->sandbox_id_for("n"));
+        }
+        if (first) {
+            EXPECT_FALSE(co_await first->execute("x"));  // found gone: the binding is lost
+            first->release();
+        }
+        world_->gate_closed = true;
+        GetOptions strict;
+        strict.on_lost = OnLost::error;
+        GetOptions knows;
+        knows.expect_existing = true;
+        knows.on_lost = OnLost::error;
+        std::optional<Result<SandboxLease>> a, b, c, d;
+        auto get_into = [&](std::optional<Result<SandboxLease>>& out, std::string thread,
+                            GetOptions o) -> asio::awaitable<void> { out = co_await m->get(thread, o); };
+        // The starter only looks (error policy); a joiner that wants a new sandbox gets one.
+        asio::co_spawn(ex, get_into(a, "t", strict), asio::detached);
+        co_await sleep_for(5ms);
+        asio::co_spawn(ex, get_into(b, "t", GetOptions()), asio::detached);
+        // The starter creates; a joiner that knows the thread had one hears of the loss.
+        asio::co_spawn(ex, get_into(c, "n", GetOptions()), asio::detached);
+        co_await sleep_for(5ms);
+        asio::co_spawn(ex, get_into(d, "n", knows), asio::detached);
+        co_await sleep_for(5ms);
+        world_->gate_closed = false;
+        for (int i = 0; i < 1000 && !(a && b && c && d); ++i) co_await sleep_for(2ms);
+        EXPECT_TRUE(a && !*a && (*a).error().is(errc::sandbox_lost));
+        EXPECT_TRUE(b && *b && (**b).kind() == AcquireKind::recreated);
+        EXPECT_TRUE(c && *c && (**c).kind() == AcquireKind::created);
+        EXPECT_TRUE(d && !*d && (*d).error().is(errc::sandbox_lost));
+    });
+}
+
 TEST_F(SandboxManagerTest, TheHostsWordMakesAMissingSandboxALoss) {
     SandboxManagerOptions o;
     o.on_lost = OnLost::error;
