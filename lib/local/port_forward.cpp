@@ -1,4 +1,5 @@
 #include "local/port_forward.hpp"
+#include "local/port_forward_session.hpp"
 
 #include "local/spdy.hpp"
 #include "proto/channel_protocol.hpp"
@@ -31,9 +32,7 @@
 #include <sstream>
 #include <thread>
 
-// beast_close_socket(AnyStream&) now lives in net/any_stream.hpp.
-
-namespace kubesandbox::local {
+namespace kubesandbox::local::port_forward_detail {
 
 namespace {
 
@@ -42,20 +41,12 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace websocket = beast::websocket;
 namespace spdy = local::spdy;
-using tcp = asio::ip::tcp;
-using boost::system::error_code;
-
-constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 
 tl::unexpected<Error> fail_ec(error_code ec, std::string message) { return fail(make_error(ec, std::move(message))); }
 
 constexpr std::string_view tunnel_subprotocol = "SPDY/3.1+portforward.k8s.io";
 constexpr std::string_view spdy_stream_protocol = "portforward.k8s.io";
 constexpr std::string_view channel_subprotocols[] = {"v4.channel.k8s.io", "channel.k8s.io"};
-constexpr std::size_t chunk_size = 32 * 1024;            // client-go's copy size
-constexpr std::size_t outbox_high_water = 1 << 20;       // producers pause above this
-constexpr std::size_t inbound_limit = 8 << 20;           // per stream, beyond the SPDY window
-constexpr auto pair_timeout = std::chrono::seconds(30);  // kubelet: waiting for the stream pair
 
 bool iequals(std::string_view a, std::string_view b) {
     if (a.size() != b.size()) return false;
@@ -93,22 +84,6 @@ bool has_token(const std::vector<std::string>& tokens, std::string_view want) {
         if (iequals(t, want)) return true;
     return false;
 }
-
-// A condition variable for one single-threaded executor: notify() wakes every waiter.
-class Signal {
-public:
-    explicit Signal(const asio::any_io_executor& ex) : timer_(ex) {
-        timer_.expires_at(asio::steady_timer::time_point::max());
-    }
-    asio::awaitable<void> wait() {
-        auto [ec] = co_await timer_.async_wait(tuple_awaitable);
-        (void)ec;
-    }
-    void notify() { timer_.cancel(); }
-
-private:
-    asio::steady_timer timer_;
-};
 
 asio::awaitable<void> write_status(net::AnyStream& stream, unsigned version, unsigned code, std::string_view reason,
                                    const std::string& message,
@@ -196,6 +171,8 @@ asio::awaitable<Result<tcp::socket>> connect_one(asio::any_io_executor ex, int p
     co_return std::move(sock);
 }
 
+}  // namespace
+
 // Connects to localhost:<port> in the pod like the kubelet: IPv4 first, then IPv6.
 asio::awaitable<Result<tcp::socket>> connect_in_pod(asio::any_io_executor ex, int pod_pid, std::uint16_t port) {
     auto v4 = co_await connect_one(ex, pod_pid, false, port);
@@ -207,13 +184,6 @@ asio::awaitable<Result<tcp::socket>> connect_in_pod(asio::any_io_executor ex, in
                                            v6.error().message);
 }
 
-struct PodRef {
-    std::string name, uid;
-    std::string forward_error(std::uint16_t port, const std::string& why) const {
-        return "error forwarding port " + std::to_string(port) + " to pod " + name + ", uid " + uid + ": " + why;
-    }
-};
-
 PodRef pod_ref(const boost::json::object& pod) {
     PodRef r;
     if (auto* md = pod.if_contains("metadata"); md && md->is_object()) {
@@ -223,18 +193,10 @@ PodRef pod_ref(const boost::json::object& pod) {
     return r;
 }
 
+namespace {
+
 // ---------------------------------------------------------------------------------------------
 // Transports: where session bytes come from and go to
-
-class Transport {
-public:
-    virtual ~Transport() = default;
-    // The next chunk (raw SPDY, tunnel) or message (channel protocol); an error once the peer is gone.
-    virtual asio::awaitable<Result<std::string>> read() = 0;
-    virtual asio::awaitable<bool> write(const std::string& data) = 0;
-    virtual asio::awaitable<void> close() = 0;  // graceful end after the last write
-    virtual void abort() = 0;
-};
 
 class RawTransport final : public Transport {
 public:
@@ -295,96 +257,8 @@ private:
     websocket::stream<net::AnyStream> ws_;
 };
 
-// The single writer of a transport: frames/messages queue here in order; producers pause while
-// more than outbox_high_water bytes are queued (backpressure from the client connection).
-class Outbox {
-public:
-    Outbox(const asio::any_io_executor& ex, Transport& transport, bool coalesce)
-        : transport_(transport), coalesce_(coalesce), wake_(ex), room_(ex) {}
+}  // namespace
 
-    void push(std::string bytes) {
-        if (finishing_ || done_) return;
-        bytes_ += bytes.size();
-        queue_.push_back(std::move(bytes));
-        wake_.notify();
-    }
-    bool done() const noexcept { return done_; }
-    asio::awaitable<void> wait_room() {
-        while (bytes_ > outbox_high_water && !done_) co_await room_.wait();
-    }
-    // Closes the transport gracefully once everything queued so far is written.
-    void finish() {
-        finishing_ = true;
-        wake_.notify();
-    }
-
-    asio::awaitable<void> run() {
-        while (true) {
-            while (queue_.empty() && !finishing_) co_await wake_.wait();
-            if (queue_.empty()) {
-                co_await transport_.close();
-                break;
-            }
-            std::string chunk = std::move(queue_.front());
-            queue_.pop_front();
-            // SPDY bytes may be merged into one write; channel messages may not.
-            while (coalesce_ && !queue_.empty() && chunk.size() < 256 * 1024) {
-                chunk += queue_.front();
-                queue_.pop_front();
-            }
-            bool ok = co_await transport_.write(chunk);
-            bytes_ -= std::min(bytes_, chunk.size());
-            room_.notify();
-            if (!ok) {
-                transport_.abort();
-                break;
-            }
-        }
-        done_ = true;
-        queue_.clear();
-        bytes_ = 0;
-        room_.notify();
-    }
-
-private:
-    Transport& transport_;
-    bool coalesce_;
-    std::deque<std::string> queue_;
-    std::size_t bytes_ = 0;
-    bool finishing_ = false;
-    bool done_ = false;
-    Signal wake_, room_;
-};
-
-// One forwarded TCP connection into the pod; bytes from the client queue in `inbound` until
-// written (the queue exists before the connection does).
-struct Upstream {
-    explicit Upstream(const asio::any_io_executor& ex) : socket(ex), ready(ex) {}
-    tcp::socket socket;
-    std::deque<std::string> inbound;
-    std::size_t inbound_bytes = 0;
-    bool inbound_fin = false;  // the client half-closed: shut down our sending side when drained
-    bool closed = false;
-    Signal ready;
-
-    void push(std::string bytes) {
-        inbound_bytes += bytes.size();
-        inbound.push_back(std::move(bytes));
-        ready.notify();
-    }
-    void finish_inbound() {
-        inbound_fin = true;
-        ready.notify();
-    }
-    void close() {
-        closed = true;
-        error_code ec;
-        socket.close(ec);
-        ready.notify();
-    }
-};
-
-// Writes client bytes to the pod; `on_written(n)` after each write (SPDY window updates).
 asio::awaitable<void> pump_to_upstream(std::shared_ptr<Upstream> up, std::function<void(std::size_t)> on_written) {
     while (true) {
         while (up->inbound.empty() && !up->inbound_fin && !up->closed) co_await up->ready.wait();
@@ -406,6 +280,8 @@ asio::awaitable<void> pump_to_upstream(std::shared_ptr<Upstream> up, std::functi
 void spawn(const asio::any_io_executor& ex, asio::awaitable<void> coro) {
     asio::co_spawn(ex, std::move(coro), asio::detached);
 }
+
+namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Variant A: WebSocket channel protocol (v4.channel.k8s.io)
@@ -499,241 +375,6 @@ private:
 };
 
 // ---------------------------------------------------------------------------------------------
-// Variants B and C: SPDY/3.1 (plain upgrade or tunnelled in WebSocket)
-
-class SpdySession : public std::enable_shared_from_this<SpdySession> {
-public:
-    SpdySession(asio::any_io_executor ex, std::unique_ptr<Transport> transport, int pod_pid, PodRef pod)
-        : ex_(ex),
-          transport_(std::move(transport)),
-          outbox_(ex, *transport_, true),
-          pod_pid_(pod_pid),
-          pod_(std::move(pod)) {}
-
-    asio::awaitable<void> run() {
-        auto self = shared_from_this();
-        spawn(ex_, writer(self));
-        bool go = true;
-        while (go) {
-            auto bytes = co_await transport_->read();
-            if (!bytes) break;
-            decoder_.feed(*bytes);
-            while (go) {
-                auto frame = decoder_.next();
-                if (!frame) {
-                    outbox_.push(encoder_.goaway(last_stream_id_, spdy::GoAwayStatus::protocol_error));
-                    go = false;
-                    break;
-                }
-                if (!*frame) break;
-                go = handle(std::move(**frame));
-            }
-        }
-        closing_ = true;
-        for (auto& [id, p] : requests_) {
-            p->upstream->close();
-            p->timer.cancel();
-        }
-        for (auto& [id, p] : streams_) {
-            p->upstream->close();
-            p->timer.cancel();
-        }
-        requests_.clear();
-        streams_.clear();
-        outbox_.finish();
-    }
-
-private:
-    struct Pair {
-        explicit Pair(const asio::any_io_executor& ex) : upstream(std::make_shared<Upstream>(ex)), timer(ex) {}
-        std::string request_id;
-        std::uint32_t error_id = 0, data_id = 0;
-        std::uint16_t port = 0;
-        bool started = false;
-        bool data_open = false, error_open = false;  // we may still send frames on the stream
-        std::shared_ptr<Upstream> upstream;
-        asio::steady_timer timer;
-    };
-
-    static asio::awaitable<void> writer(std::shared_ptr<SpdySession> self) { co_await self->outbox_.run(); }
-
-    // false ends the session.
-    bool handle(spdy::Frame frame) {
-        if (auto* syn = std::get_if<spdy::SynStream>(&frame)) return on_syn_stream(*syn);
-        if (auto* data = std::get_if<spdy::DataFrame>(&frame)) return on_data(*data);
-        if (auto* rst = std::get_if<spdy::RstStream>(&frame)) {
-            on_reset(rst->stream_id);
-            return true;
-        }
-        if (auto* ping = std::get_if<spdy::Ping>(&frame)) {
-            outbox_.push(encoder_.ping(ping->id));  // echo unchanged
-            return true;
-        }
-        if (std::holds_alternative<spdy::GoAway>(frame)) return false;
-        // SETTINGS, WINDOW_UPDATE (we do not limit what we send: spdystream never grants
-        // window), HEADERS, SYN_REPLY and unknown control frames need no action.
-        return true;
-    }
-
-    bool on_syn_stream(const spdy::SynStream& syn) {
-        std::uint32_t id = syn.stream_id;
-        if (streams_.count(id)) {
-            outbox_.push(encoder_.rst_stream(id, spdy::RstStatus::stream_in_use));
-            return true;
-        }
-        last_stream_id_ = std::max(last_stream_id_, id);
-        auto type = spdy::find_header(syn.headers, "streamtype");
-        auto port_text = spdy::find_header(syn.headers, "port");
-        auto ports = port_text ? proto::parse_port_list(*port_text) : fail(errc::bad_request, "no port");
-        bool is_error = type && *type == "error";
-        bool is_data = type && *type == "data";
-        if ((!is_error && !is_data) || !ports || ports->size() != 1) {
-            outbox_.push(encoder_.rst_stream(id, spdy::RstStatus::protocol_error));
-            return true;
-        }
-        std::string request_id;
-        if (auto rid = spdy::find_header(syn.headers, "requestid")) request_id = std::string(*rid);
-        else request_id = std::to_string(is_error ? id : id - 2);  // legacy clients
-
-        auto reply = encoder_.syn_reply(id, {});
-        if (!reply) return false;
-        outbox_.push(std::move(*reply));
-
-        auto& pair = requests_[request_id];
-        if (!pair) {
-            pair = std::make_shared<Pair>(ex_);
-            pair->request_id = request_id;
-            pair->port = (*ports)[0];
-            pair->timer.expires_after(pair_timeout);
-            spawn(ex_, pair_deadline(shared_from_this(), pair));
-        }
-        if ((is_error && pair->error_id) || (is_data && pair->data_id)) {
-            outbox_.push(encoder_.rst_stream(id, spdy::RstStatus::protocol_error));
-            return true;
-        }
-        if (is_error) {
-            pair->error_id = id;
-            pair->error_open = true;
-        } else {
-            pair->data_id = id;
-            pair->data_open = true;
-            if (syn.fin) pair->upstream->finish_inbound();
-        }
-        streams_[id] = pair;
-        if (pair->error_id && pair->data_id && !pair->started) {
-            pair->started = true;
-            pair->timer.cancel();
-            spawn(ex_, forward(shared_from_this(), pair));
-        }
-        return true;
-    }
-
-    bool on_data(const spdy::DataFrame& data) {
-        auto it = streams_.find(data.stream_id);
-        if (it == streams_.end()) return true;  // reset or unknown: drop
-        auto pair = it->second;
-        if (data.stream_id != pair->data_id) return true;  // the client never writes on the error stream
-        auto& up = pair->upstream;
-        if (!data.data.empty() && !up->closed) {
-            if (up->inbound_bytes + data.data.size() > inbound_limit) {
-                outbox_.push(encoder_.rst_stream(data.stream_id, spdy::RstStatus::flow_control_error));
-                pair->data_open = false;
-                up->close();
-                return true;
-            }
-            up->push(data.data);
-        }
-        if (data.fin) up->finish_inbound();
-        return true;
-    }
-
-    void on_reset(std::uint32_t id) {
-        auto it = streams_.find(id);
-        if (it == streams_.end()) return;
-        auto pair = it->second;
-        streams_.erase(it);
-        if (id == pair->data_id) {
-            pair->data_open = false;
-            pair->upstream->close();  // kubectl resets the data stream when it is done with it
-        } else {
-            pair->error_open = false;
-        }
-        if (!streams_.count(pair->data_id) && !streams_.count(pair->error_id)) {
-            pair->timer.cancel();
-            pair->upstream->close();
-            if (auto r = requests_.find(pair->request_id); r != requests_.end() && r->second == pair)
-                requests_.erase(r);
-        }
-    }
-
-    void send_error(Pair& pair, const std::string& text) {
-        if (closing_ || !pair.error_open) return;
-        outbox_.push(encoder_.data(pair.error_id, text, false));
-    }
-
-    // Empty DATA with FIN on both streams: the forward is over (an empty error stream = success).
-    void finish_pair(Pair& pair) {
-        if (closing_) return;
-        if (pair.data_open) outbox_.push(encoder_.data(pair.data_id, {}, true));
-        if (pair.error_open) outbox_.push(encoder_.data(pair.error_id, {}, true));
-        pair.data_open = pair.error_open = false;
-    }
-
-    static asio::awaitable<void> pair_deadline(std::shared_ptr<SpdySession> self, std::shared_ptr<Pair> pair) {
-        auto [ec] = co_await pair->timer.async_wait(tuple_awaitable);
-        if (ec || pair->started || self->closing_) co_return;
-        self->send_error(*pair, "timed out waiting for streams");
-        self->finish_pair(*pair);
-        for (auto id : {pair->error_id, pair->data_id})
-            if (id && self->streams_.count(id)) self->streams_.erase(id);
-        self->requests_.erase(pair->request_id);
-    }
-
-    static asio::awaitable<void> forward(std::shared_ptr<SpdySession> self, std::shared_ptr<Pair> pair) {
-        auto up = pair->upstream;
-        auto sock = co_await connect_in_pod(self->ex_, self->pod_pid_, pair->port);
-        if (up->closed || self->closing_) co_return;
-        if (!sock) {
-            self->send_error(*pair, self->pod_.forward_error(pair->port, sock.error().message));
-            self->finish_pair(*pair);
-            up->close();
-            co_return;
-        }
-        up->socket = std::move(*sock);
-        std::function<void(std::size_t)> on_written = [weak = std::weak_ptr<SpdySession>(self), pair](std::size_t n) {
-            auto s = weak.lock();
-            if (!s || s->closing_ || !pair->data_open) return;
-            s->outbox_.push(s->encoder_.window_update(pair->data_id, static_cast<std::uint32_t>(n)));
-        };
-        spawn(self->ex_, pump_to_upstream(up, std::move(on_written)));
-        std::string buf(chunk_size, '\0');
-        while (true) {
-            auto [ec, n] = co_await up->socket.async_read_some(asio::buffer(buf), tuple_awaitable);
-            if (ec) break;
-            if (self->closing_ || !pair->data_open) break;
-            self->outbox_.push(self->encoder_.data(pair->data_id, std::string_view(buf.data(), n), false));
-            co_await self->outbox_.wait_room();
-            if (self->outbox_.done()) break;
-        }
-        // The pod closed (or reset) its side: finish both streams. The socket stays open for the
-        // client's remaining bytes until the client resets the data stream.
-        self->finish_pair(*pair);
-    }
-
-    asio::any_io_executor ex_;
-    std::unique_ptr<Transport> transport_;
-    Outbox outbox_;
-    int pod_pid_;
-    PodRef pod_;
-    spdy::Decoder decoder_;
-    spdy::Encoder encoder_;
-    std::map<std::uint32_t, std::shared_ptr<Pair>> streams_;
-    std::map<std::string, std::shared_ptr<Pair>> requests_;
-    std::uint32_t last_stream_id_ = 0;
-    bool closing_ = false;
-};
-
-// ---------------------------------------------------------------------------------------------
 
 // Accepts the WebSocket handshake answering with `subprotocol`; false when it failed.
 asio::awaitable<bool> accept_websocket(WsTransport& t, StreamRequest& request, std::string subprotocol) {
@@ -776,6 +417,12 @@ Result<std::vector<std::uint16_t>> ports_from_query(const http::request<http::st
 
 }  // namespace
 
+}  // namespace kubesandbox::local::port_forward_detail
+
+namespace kubesandbox::local {
+
+using namespace port_forward_detail;
+
 asio::awaitable<void> serve_port_forward(StreamRequest request, int pod_pid) {
     auto ex = request.stream.get_executor();
     unsigned version = request.request.version();
@@ -786,8 +433,7 @@ asio::awaitable<void> serve_port_forward(StreamRequest request, int pod_pid) {
         if (has_token(offered, tunnel_subprotocol)) {
             auto t = std::make_unique<WsTransport>(std::move(request.stream));
             if (!co_await accept_websocket(*t, request, std::string(tunnel_subprotocol))) co_return;
-            auto session = std::make_shared<SpdySession>(ex, std::move(t), pod_pid, pod);
-            co_await session->run();
+            co_await run_spdy_session(ex, std::move(t), pod_pid, pod);
             co_return;
         }
         std::string chosen = choose_channel_subprotocol(offered);
@@ -836,8 +482,7 @@ asio::awaitable<void> serve_port_forward(StreamRequest request, int pod_pid) {
     }
     std::string prefetched = beast::buffers_to_string(request.buffer.data());
     auto t = std::make_unique<RawTransport>(std::move(request.stream), std::move(prefetched));
-    auto session = std::make_shared<SpdySession>(ex, std::move(t), pod_pid, pod);
-    co_await session->run();
+    co_await run_spdy_session(ex, std::move(t), pod_pid, pod);
 }
 
 }  // namespace kubesandbox::local
