@@ -13,18 +13,78 @@ namespace kubesandbox::local {
 
 namespace {
 
-std::vector<StatusCause> validate_pod(const json::object& o) {
-    std::vector<StatusCause> causes;
-    auto spec = object_at(o, "spec");
-    const json::value* containers = spec ? spec->if_contains("containers") : nullptr;
-    if (!containers || !containers->is_array() || containers->as_array().empty()) {
-        causes.push_back({"FieldValueRequired", "Required value", "spec.containers"});
-        return causes;
-    }
+StatusCause invalid(const std::string& field, const std::string& value, const std::string& detail) {
+    return {"FieldValueInvalid", "Invalid value: " + proto::go_quote(value) + ": " + detail, field};
+}
+
+// What apimachinery checks of a volume or volumeMount's names and paths: a name reaches the
+// kubelet's host paths, so anything but a DNS label is refused here.
+std::set<std::string> validate_volumes(const json::object* spec, std::vector<StatusCause>& causes) {
     std::set<std::string> names;
+    const json::value* volumes = spec ? spec->if_contains("volumes") : nullptr;
+    if (!volumes || !volumes->is_array()) return names;
+    std::size_t i = 0;
+    for (const auto& v : volumes->as_array()) {
+        std::string field = "spec.volumes[" + std::to_string(i++) + "].name";
+        std::string name = v.is_object() ? string_at(v.as_object(), "name") : "";
+        if (name.empty()) {
+            causes.push_back({"FieldValueRequired", "Required value", field});
+            continue;
+        }
+        for (auto& m : proto::validate_dns1123_label(name)) causes.push_back(invalid(field, name, m));
+        if (!names.insert(name).second)
+            causes.push_back({"FieldValueDuplicate", "Duplicate value: " + proto::go_quote(name), field});
+    }
+    return names;
+}
+
+bool has_dotdot_segment(std::string_view path) {
+    std::size_t start = 0;
+    while (start <= path.size()) {
+        auto end = path.find('/', start);
+        if (end == std::string_view::npos) end = path.size();
+        if (path.substr(start, end - start) == "..") return true;
+        start = end + 1;
+    }
+    return false;
+}
+
+void validate_mounts(const json::object& container, const std::string& prefix, const std::set<std::string>& volumes,
+                     std::vector<StatusCause>& causes) {
+    const json::value* mounts = container.if_contains("volumeMounts");
+    if (!mounts || !mounts->is_array()) return;
+    std::size_t i = 0;
+    for (const auto& m : mounts->as_array()) {
+        std::string field = prefix + ".volumeMounts[" + std::to_string(i++) + "]";
+        if (!m.is_object()) {
+            causes.push_back({"FieldValueInvalid", "Invalid value: must be an object", field});
+            continue;
+        }
+        const auto& mo = m.as_object();
+        std::string name = string_at(mo, "name");
+        if (name.empty()) causes.push_back({"FieldValueRequired", "Required value", field + ".name"});
+        else if (!volumes.count(name))
+            causes.push_back({"FieldValueNotFound", "Not found: " + proto::go_quote(name), field + ".name"});
+        if (string_at(mo, "mountPath").empty())
+            causes.push_back({"FieldValueRequired", "Required value", field + ".mountPath"});
+        std::string sub = string_at(mo, "subPath");
+        if (!sub.empty() && sub.front() == '/')
+            causes.push_back(invalid(field + ".subPath", sub, "must be a relative path"));
+        if (has_dotdot_segment(sub)) causes.push_back(invalid(field + ".subPath", sub, "must not contain '..'"));
+    }
+}
+
+// Containers and init containers share one name space, as in the API server.
+void validate_containers(const json::object& spec, const char* key, bool required, const std::set<std::string>& volumes,
+                         std::set<std::string>& names, std::vector<StatusCause>& causes) {
+    const json::value* containers = spec.if_contains(key);
+    if (!containers || !containers->is_array() || containers->as_array().empty()) {
+        if (required) causes.push_back({"FieldValueRequired", "Required value", std::string("spec.") + key});
+        return;
+    }
     std::size_t i = 0;
     for (const auto& c : containers->as_array()) {
-        std::string prefix = "spec.containers[" + std::to_string(i++) + "]";
+        std::string prefix = std::string("spec.") + key + "[" + std::to_string(i++) + "]";
         if (!c.is_object()) {
             causes.push_back({"FieldValueInvalid", "Invalid value: must be an object", prefix});
             continue;
@@ -32,16 +92,28 @@ std::vector<StatusCause> validate_pod(const json::object& o) {
         std::string name = string_at(c.as_object(), "name");
         if (name.empty()) causes.push_back({"FieldValueRequired", "Required value", prefix + ".name"});
         else {
-            for (auto& m : proto::validate_dns1123_label(name))
-                causes.push_back(
-                    {"FieldValueInvalid", "Invalid value: " + proto::go_quote(name) + ": " + m, prefix + ".name"});
+            for (auto& m : proto::validate_dns1123_label(name)) causes.push_back(invalid(prefix + ".name", name, m));
             if (!names.insert(name).second)
                 causes.push_back(
                     {"FieldValueDuplicate", "Duplicate value: " + proto::go_quote(name), prefix + ".name"});
         }
         if (string_at(c.as_object(), "image").empty())
             causes.push_back({"FieldValueRequired", "Required value", prefix + ".image"});
+        validate_mounts(c.as_object(), prefix, volumes, causes);
     }
+}
+
+std::vector<StatusCause> validate_pod(const json::object& o) {
+    std::vector<StatusCause> causes;
+    auto spec = object_at(o, "spec");
+    if (!spec) {
+        causes.push_back({"FieldValueRequired", "Required value", "spec.containers"});
+        return causes;
+    }
+    std::set<std::string> volumes = validate_volumes(spec, causes);
+    std::set<std::string> names;
+    validate_containers(*spec, "containers", true, volumes, names, causes);
+    validate_containers(*spec, "initContainers", false, volumes, names, causes);
     return causes;
 }
 

@@ -151,18 +151,24 @@ void Core::publish(const std::shared_ptr<PodRecord>& p) {
 }
 
 std::variant<Fd, std::string> Core::start(PodRecord& p) {
-    const ContainerPlan& plan = *p.plan;
+    ContainerPlan plan = *p.plan;  // subPaths resolved below, on every start
     make_dir(p.dir / "workspace");
     make_dir(p.dir / "tmp");
     make_dir(p.dir / "volumes");
     make_dir(p.dir / "unsupported-volume");
-    for (const auto& m : plan.mounts) make_dir(m.host_path);
+    for (auto& m : plan.mounts) {
+        if (m.sub_path.empty()) {
+            make_dir(m.host_path);
+        } else if (auto problem = resolve_sub_path(m); !problem.empty()) {
+            return problem;
+        }
+    }
     Fd log_fd(::open((p.dir / "container.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
     Fd null_in(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     if (log_fd.fd < 0 || null_in.fd < 0) return std::string("cannot open the container log: ") + std::strerror(errno);
     Spawn s;
     s.env = plan.env;
-    s.new_group = true;
+    s.new_session = true;
     s.dups = {{null_in.fd, 0}, {log_fd.fd, 1}, {log_fd.fd, 2}};
     Fd info_rd;
     if (isolation) {
@@ -189,7 +195,14 @@ std::variant<Fd, std::string> Core::start(PodRecord& p) {
         log("WARNING: pod " + p.ns + "/" + p.name + " runs WITHOUT isolation (allow_no_isolation)");
         fs::path cwd = plan.working_dir;
         // Without namespaces the mounts cannot be placed; run in the pod's workspace.
-        s.argv = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", (p.dir / "workspace").string()};
+        s.argv = {"setpriv",
+                  "--pdeathsig",
+                  "KILL",
+                  "--",
+                  "/bin/sh",
+                  "-c",
+                  "cd \"$0\" && exec \"$@\"",
+                  (p.dir / "workspace").string()};
         s.argv.insert(s.argv.end(), plan.argv.begin(), plan.argv.end());
         p.pid = s.run();
     }
@@ -473,6 +486,7 @@ Kubelet::Kubelet(asio::any_io_executor executor, KubeletOptions options, PodStat
     std::string why;
     if (!core->build_busybox_root(why)) core->log("busybox images unavailable: " + why);
     core->probe_isolation();
+    if (core->isolation) core->start_sweeper();
     if (!core->isolation) {
         core->log("isolation unavailable: " + core->problem +
                   (core->options.allow_no_isolation ? " -- pods will run UNISOLATED (allow_no_isolation)" : ""));
@@ -598,6 +612,14 @@ void Kubelet::shutdown() {
         p->pidfd = -1;
         p->pid = -1;
         p->inner_pid = 0;
+    }
+    // The sweeper's last pass catches a bubblewrap that was still starting; then reap it.
+    c.sweeper.reset();
+    if (c.sweeper_pid > 0) {
+        int st;
+        while (::waitpid(c.sweeper_pid, &st, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline + 2s)
+            ::usleep(2000);
+        c.sweeper_pid = -1;
     }
 }
 

@@ -44,6 +44,10 @@ struct StreamRequest {
     boost::json::object pod;  // the pod as stored
 };
 
+// Why pods could not use `data_dir` (empty when they can): run as root, the kubelet starts pods
+// as an unprivileged host uid, which must be able to pass through every folder above it.
+std::string data_dir_problem(const std::filesystem::path& data_dir);
+
 class Kubelet {
 public:
     Kubelet(boost::asio::any_io_executor executor, KubeletOptions options, PodStatusWriter status_writer);

@@ -102,6 +102,8 @@ struct Core {
     PodStatusWriter writer;
     std::string problem;
     bool isolation = false;
+    Fd sweeper;  // write end of the sweeper's stdin: closing it (or dying) makes it sweep
+    pid_t sweeper_pid = -1;
     bool shut_down = false;
     HostLayout layout;
     std::map<std::string, std::shared_ptr<PodRecord>> pods;  // uid -> pod (incl. being removed)
@@ -120,10 +122,21 @@ struct Core {
     // Makes a directory the sandbox user (the outer uid when we are root) can write.
     void make_dir(const fs::path& p);
 
+    // Points a mount with a subPath at the directory or file below its volume, creating missing
+    // directories; refuses symbolic links on the way (a pod can plant them in its own volume to
+    // reach host paths). Returns an error message, empty on success.
+    std::string resolve_sub_path(MountPlan& mount);
+
     bool build_busybox_root(std::string& why);
 
     // The configured bubblewrap program in place of the plain name bwrap_argv puts in.
     void use_bwrap_program(std::vector<std::string>& argv) const;
+
+    // bubblewrap clears the parent-death signal while it sets up a sandbox and sets it again
+    // later, so a kubelet killed in between would leave that pod running. A small process waits
+    // for the kubelet to go away (EOF on a pipe only the kubelet holds) and then SIGKILLs every
+    // bubblewrap left whose arguments name this kubelet's pods folder, with its children.
+    void start_sweeper();
 
     // Runs a throw-away sandbox the way pods run: namespaces + a bind from data_dir.
     void probe_isolation();

@@ -504,7 +504,7 @@ asio::awaitable<void> Kubelet::serve_exec(StreamRequest request) {
     }
     Spawn sp;
     sp.env = pod->plan->env;
-    sp.new_group = true;
+    sp.new_session = true;
     if (core->isolation) {
         sp.argv = exec_argv(*pod->plan, pod->inner_pid, q.command);
     } else {

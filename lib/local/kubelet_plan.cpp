@@ -1,5 +1,6 @@
 // Sans-IO parts of the local kubelet (see kubelet_plan.hpp).
 #include "local/kubelet_plan.hpp"
+#include "proto/validation.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/string.hpp>
@@ -229,6 +230,12 @@ PlanResult plan_container(const json::object& pod, const json::object& container
             if (mp.path.empty() || mp.path.front() != '/') continue;
             while (mp.path.size() > 1 && mp.path.back() == '/') mp.path.pop_back();
             mp.read_only = get_bool(&m.get_object(), "readOnly").value_or(false);
+            // The API server refuses other names; a name is part of a host path.
+            if (!proto::validate_dns1123_label(mp.name).empty()) {
+                result.error =
+                    PlanError{"CreateContainerConfigError", "invalid volume name " + proto::go_quote(mp.name)};
+                return result;
+            }
             auto it = volume_is_empty_dir.find(mp.name);
             if (it == volume_is_empty_dir.end()) {
                 result.error = PlanError{"CreateContainerConfigError",
@@ -243,19 +250,16 @@ PlanResult plan_container(const json::object& pod, const json::object& container
                 plan.warnings.push_back("volume " + mp.name +
                                         ": only emptyDir volumes are backed by the local cluster");
             }
-            if (auto sub = get_string(m.get_object(), "subPath");
-                !sub.empty() && sub.find("..") == std::string::npos && sub.front() != '/') {
-                mp.host_path /= sub;
-            }
+            mp.sub_path = get_string(m.get_object(), "subPath");
             mounted_paths.insert(mp.path);
             plan.mounts.push_back(std::move(mp));
         }
     }
     if (!mounted_paths.count(plan.working_dir)) {
-        plan.mounts.push_back(MountPlan{"", pod_dir / "workspace", plan.working_dir, false});
+        plan.mounts.push_back(MountPlan{"", pod_dir / "workspace", plan.working_dir, false, {}});
     }
     if (!mounted_paths.count("/tmp") && plan.working_dir != "/tmp") {
-        plan.mounts.push_back(MountPlan{"", pod_dir / "tmp", "/tmp", false});
+        plan.mounts.push_back(MountPlan{"", pod_dir / "tmp", "/tmp", false, {}});
     }
     // Parents before children so a nested mount is not hidden by its parent's bind.
     std::stable_sort(plan.mounts.begin(), plan.mounts.end(),
@@ -266,11 +270,14 @@ PlanResult plan_container(const json::object& pod, const json::object& container
 
 std::vector<std::string> bwrap_argv(const ContainerPlan& plan, const HostLayout& layout, const std::string& hostname,
                                     int info_fd, const std::vector<std::pair<std::string, std::string>>& root_entries) {
-    std::vector<std::string> a;
+    // bwrap dies with the kubelet (stopped, crashed or SIGKILLed), and with it the pod's pid
+    // namespace; setpriv sets the signal after changing uid, which would otherwise clear it.
+    std::vector<std::string> a = {"setpriv", "--pdeathsig", "KILL"};
     if (layout.outer_uid) {
         auto id = std::to_string(*layout.outer_uid);
-        a = {"setpriv", "--reuid=" + id, "--regid=" + id, "--clear-groups", "--"};
+        a.insert(a.end(), {"--reuid=" + id, "--regid=" + id, "--clear-groups"});
     }
+    a.push_back("--");
     a.insert(a.end(), {"bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--info-fd",
                        std::to_string(info_fd), "--hostname", hostname});
     if (plan.root.kind == ImageRoot::Kind::host) {

@@ -37,6 +37,7 @@ struct MountPlan {
     std::filesystem::path host_path;  // below the pod directory
     std::string path;                 // mount path inside the container
     bool read_only = false;
+    std::string sub_path;  // below host_path; resolved at start without following symlinks
 };
 
 // Everything needed to start (and exec into) one container.

@@ -10,21 +10,19 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <system_error>
+#include <utility>
 
 namespace kubesandbox::local::kubelet_detail {
 
 using boost::system::error_code;
 using namespace std::chrono_literals;
 
-namespace {
-
 constexpr std::uint32_t kOuterUid = 65534;  // host "nobody": owner of sandbox processes when we are root
-
-}  // namespace
 
 void Core::prepare_layout() {
     for (const char* name : {"bin", "lib", "lib32", "lib64", "libx32", "sbin", "etc"}) {
@@ -49,6 +47,43 @@ void Core::make_dir(const fs::path& p) {
         if (::chown(p.c_str(), *layout.outer_uid, *layout.outer_uid) != 0)
             log("chown " + p.string() + ": " + std::strerror(errno));
     }
+}
+
+std::string Core::resolve_sub_path(MountPlan& m) {
+    if (m.sub_path.empty()) return {};
+    std::string sub = std::exchange(m.sub_path, {});
+    make_dir(m.host_path);
+    Fd dir(::open(m.host_path.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (dir.fd < 0) return "cannot open volume " + m.name + ": " + std::strerror(errno);
+    std::vector<std::string> parts;
+    for (std::size_t start = 0; start <= sub.size();) {
+        auto end = std::min(sub.find('/', start), sub.size());
+        std::string part = sub.substr(start, end - start);
+        if (part == "..") return "subPath " + sub + " leaves its volume";
+        if (!part.empty() && part != ".") parts.push_back(std::move(part));
+        start = end + 1;
+    }
+    std::string problem = "subPath " + sub + " of volume " + m.name + ": ";
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+        const char* name = parts[i].c_str();
+        struct stat st {};
+        if (::fstatat(dir.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno != ENOENT || ::mkdirat(dir.fd, name, 0755) != 0 ||
+                ::fstatat(dir.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+                return problem + std::strerror(errno);
+            if (layout.outer_uid &&
+                ::fchownat(dir.fd, name, *layout.outer_uid, *layout.outer_uid, AT_SYMLINK_NOFOLLOW) != 0)
+                log("chown " + sub + ": " + std::strerror(errno));
+        }
+        if (S_ISLNK(st.st_mode)) return problem + parts[i] + " is a symbolic link";
+        m.host_path /= parts[i];
+        if (i + 1 == parts.size()) break;
+        if (!S_ISDIR(st.st_mode)) return problem + parts[i] + " is not a directory";
+        Fd next(::openat(dir.fd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (next.fd < 0) return problem + std::strerror(errno);
+        dir = std::move(next);
+    }
+    return {};
 }
 
 bool Core::build_busybox_root(std::string& why) {
@@ -119,6 +154,36 @@ void Core::use_bwrap_program(std::vector<std::string>& argv) const {
         }
 }
 
+void Core::start_sweeper() {
+    static constexpr const char* kScript =
+        "cat >/dev/null\n"
+        "for p in $(pgrep -x -- \"$KSB_PROGRAM\"); do\n"
+        "  if grep -qaF -e \"$KSB_PODS\" \"/proc/$p/cmdline\" 2>/dev/null; then\n"
+        "    kill -KILL \"$p\" $(cat /proc/\"$p\"/task/*/children 2>/dev/null) 2>/dev/null\n"
+        "  fi\n"
+        "done\n";
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) {
+        log(std::string("no sweeper (pipe): ") + std::strerror(errno));
+        return;
+    }
+    Fd rd(p[0]), wr(p[1]);
+    Fd null_out(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+    std::string program = fs::path(options.bwrap_program.empty() ? "bwrap" : options.bwrap_program).filename();
+    Spawn s{{"/bin/sh", "-c", kScript, "kubesandbox-sweeper"},
+            {"PATH=/usr/bin:/bin:/usr/sbin:/sbin", "KSB_PROGRAM=" + program.substr(0, 15),
+             "KSB_PODS=" + (options.data_dir / "").string()},
+            {{rd.fd, 0}, {null_out.fd, 1}, {null_out.fd, 2}},
+            true};
+    pid_t pid = s.run();
+    if (pid < 0) {
+        log(std::string("no sweeper: ") + std::strerror(-pid));
+        return;
+    }
+    sweeper = std::move(wr);
+    sweeper_pid = pid;  // reaped by shutdown(); if we are killed, it outlives us by design
+}
+
 void Core::probe_isolation() {
     fs::path probe = options.data_dir / "pods" / ".probe";
     make_dir(probe);
@@ -128,7 +193,7 @@ void Core::probe_isolation() {
     plan.working_dir = "/probe";
     plan.uid = 1000;
     plan.gid = 1000;
-    plan.mounts.push_back(MountPlan{"", probe, "/probe", false});
+    plan.mounts.push_back(MountPlan{"", probe, "/probe", false, {}});
     auto argv = bwrap_argv(plan, layout, "probe", 3, {});
     use_bwrap_program(argv);
     int p[2];
@@ -171,3 +236,37 @@ void Core::probe_isolation() {
 }
 
 }  // namespace kubesandbox::local::kubelet_detail
+
+namespace kubesandbox::local {
+
+std::string data_dir_problem(const std::filesystem::path& data_dir) {
+    namespace fs = std::filesystem;
+    if (::geteuid() != 0) return {};  // pods run as us: what we can create, they can reach
+    std::error_code ec;
+    auto dir = fs::weakly_canonical(fs::absolute(data_dir, ec), ec);
+    if (ec) return {};
+    auto searchable = [](const fs::path& p, struct stat& st) {
+        if (::stat(p.c_str(), &st) != 0) return true;  // not there yet: created 0755 below
+        if (st.st_uid == kubelet_detail::kOuterUid) return (st.st_mode & S_IXUSR) != 0;
+        if (st.st_gid == kubelet_detail::kOuterUid) return (st.st_mode & S_IXGRP) != 0;
+        return (st.st_mode & S_IXOTH) != 0;
+    };
+    fs::path on_the_way = dir.root_path();
+    const fs::path below_root = dir.relative_path();
+    for (auto it = below_root.begin();; ++it) {
+        struct stat st {};
+        if (!searchable(on_the_way, st)) {
+            char mode[8];
+            std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+            return "data directory " + dir.string() + " cannot be used: pods run as host uid " +
+                   std::to_string(kubelet_detail::kOuterUid) + ", which cannot pass through " + on_the_way.string() +
+                   " (mode " + mode + "); choose a data directory below a folder everyone can pass through " +
+                   "(e.g. /var/tmp or /srv), or allow it with: chmod o+x " + on_the_way.string();
+        }
+        if (it == below_root.end()) break;
+        on_the_way /= *it;
+    }
+    return {};
+}
+
+}  // namespace kubesandbox::local

@@ -18,9 +18,13 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -118,6 +122,10 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
                                      fec);
     } else {
         impl->data_dir = options.data_dir;
+        if (!options.allow_no_isolation) {
+            if (auto problem = local::data_dir_problem(impl->data_dir); !problem.empty())
+                return fail(errc::invalid_argument, problem);
+        }
         std::filesystem::create_directories(impl->data_dir, fec);
         if (fec)
             return fail(errc::io_error,
@@ -245,20 +253,32 @@ Result<void> LocalCluster::write_kubeconfig(const std::filesystem::path& path) c
          "kubesandbox-local\n"
          "    namespace: default\n";
     y += "current-context: kubesandbox-local\npreferences: {}\n";
+    // The token is never readable by others, not even briefly: created 0600, then renamed over.
     std::filesystem::path tmp = path;
     tmp += ".tmp." + std::to_string(::getpid());
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) return fail(errc::io_error, "cannot write " + tmp.string());
-        out << y;
-        out.close();
-        if (!out) return fail(errc::io_error, "cannot write " + tmp.string());
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return fail(errc::io_error, "cannot write " + tmp.string() + ": " + std::strerror(errno));
+    bool written = ::fchmod(fd, 0600) == 0;
+    for (std::size_t off = 0; written && off < y.size();) {
+        auto n = ::write(fd, y.data() + off, y.size() - off);
+        if (n < 0 && errno == EINTR) continue;
+        written = n > 0;
+        if (written) off += static_cast<std::size_t>(n);
     }
+    written = written && ::fsync(fd) == 0;
+    int saved = errno;
+    ::close(fd);
     std::error_code ec;
-    std::filesystem::permissions(tmp, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
-                                 std::filesystem::perm_options::replace, ec);
+    if (!written) {
+        std::filesystem::remove(tmp, ec);
+        return fail(errc::io_error, "cannot write " + tmp.string() + ": " + std::strerror(saved));
+    }
     std::filesystem::rename(tmp, path, ec);
-    if (ec) return fail(errc::io_error, "cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
+    if (ec) {
+        std::error_code ignored;
+        std::filesystem::remove(tmp, ignored);
+        return fail(errc::io_error, "cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
+    }
     return {};
 }
 

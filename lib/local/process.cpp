@@ -73,10 +73,7 @@ pid_t Spawn::run() const {
     sigfillset(&all);
     posix_spawnattr_setsigmask(&attr, &empty);
     posix_spawnattr_setsigdefault(&attr, &all);
-    if (new_group) {
-        flags |= POSIX_SPAWN_SETPGROUP;
-        posix_spawnattr_setpgroup(&attr, 0);
-    }
+    if (new_session) flags |= POSIX_SPAWN_SETSID;
     posix_spawnattr_setflags(&attr, flags);
     std::vector<char*> a, e;
     for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));

@@ -30,7 +30,9 @@ struct Spawn {
     std::vector<std::string> argv;
     std::vector<std::string> env;
     std::vector<std::pair<int, int>> dups;  // (from fd, to fd)
-    bool new_group = false;
+    // Its own session (and process group, pgid = pid): no controlling terminal, so a sandboxed
+    // command cannot open the /dev/tty of whoever runs the cluster.
+    bool new_session = false;
 
     // Returns the pid or -errno.
     pid_t run() const;

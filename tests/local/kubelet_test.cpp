@@ -376,6 +376,32 @@ TEST_F(KubeletTest, DeletionTerminatesGracefully) {
     EXPECT_EQ(container_state(pod).at("terminated").at("exitCode").as_int64(), 128 + 15);
 }
 
+// A pod replaces a subPath directory of its own volume with a symlink to a host folder and
+// crashes: the restarted container must not get the host folder bound in.
+TEST_F(KubeletTest, SubPathRefusesSymlinksThePodPlanted) {
+    auto raw = make_pod(
+        "subpath", "busybox",
+        json::array{"sh", "-c", "test -e /sub/from-host && exit 0; rm -rf /data/x; ln -s /etc /data/x; exit 1"},
+        "Always");
+    auto& spec = raw["spec"].as_object();
+    spec["volumes"] = json::array{json::object{{"name", "data"}, {"emptyDir", json::object{}}}};
+    spec["containers"].as_array()[0].as_object()["volumeMounts"] =
+        json::array{json::object{{"name", "data"}, {"mountPath", "/data"}},
+                    json::object{{"name", "data"}, {"mountPath", "/sub"}, {"subPath", "x"}}};
+    auto pod = start(raw);
+    auto cannot_run = [&]() -> const json::object* {
+        auto* s = last(pod);
+        if (!s) return nullptr;
+        auto& cs = s->at("containerStatuses").as_array()[0].as_object();
+        auto* term = cs.contains("lastState") ? cs.at("lastState").as_object().if_contains("terminated") : nullptr;
+        return term && term->at("reason").as_string() == "ContainerCannotRun" ? &term->as_object() : nullptr;
+    };
+    ASSERT_TRUE(run_until([&] { return cannot_run() != nullptr; }, 15s)) << log_of(pod);
+    std::string message(cannot_run()->at("message").as_string());
+    EXPECT_NE(message.find("x is a symbolic link"), std::string::npos) << message;
+    EXPECT_NE(phase(pod), "Succeeded");
+}
+
 // Each check prints "ok <name>" when the pod is confined, "LEAK <name>" when it is not.
 constexpr const char* kIsolationScript = R"SH(
 check() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "LEAK $name"; else echo "ok $name"; fi; }

@@ -157,6 +157,45 @@ TEST_F(ApiHandlerTest, PodsGetDefaultsAndTheirSpecIsImmutable) {
     EXPECT_NE(invalid.body.find("spec.containers"), std::string::npos);
 }
 
+// Volume names end up in the kubelet's host paths: anything but a DNS label is a 422, as in a
+// real API server, and so are mounts of missing volumes and subPaths that leave the volume.
+TEST_F(ApiHandlerTest, PodVolumeNamesAndSubPathsAreValidated) {
+    auto pod_with = [](const std::string& volume, const std::string& mount) {
+        return R"({"metadata":{"name":"v"},"spec":{"volumes":[{"name":")" + volume +
+               R"(","emptyDir":{}}],"containers":[{"name":"c","image":"busybox","volumeMounts":[)" + mount + "]}]}}";
+    };
+    struct Case {
+        std::string volume, mount, field, detail;
+    };
+    std::vector<Case> cases = {
+        {"/srv/data", R"({"name":"/srv/data","mountPath":"/m"})", "spec.volumes[0].name", "RFC 1123 label"},
+        {"../../etc", R"({"name":"../../etc","mountPath":"/m"})", "spec.volumes[0].name", "RFC 1123 label"},
+        {"data", R"({"name":"other","mountPath":"/m"})", "spec.containers[0].volumeMounts[0].name",
+         "Not found: \\\"other\\\""},
+        {"data", R"({"name":"data","mountPath":"/m","subPath":"../x"})", "spec.containers[0].volumeMounts[0].subPath",
+         "must not contain '..'"},
+        {"data", R"({"name":"data","mountPath":"/m","subPath":"/etc"})", "spec.containers[0].volumeMounts[0].subPath",
+         "must be a relative path"},
+        {"data", R"({"name":"data"})", "spec.containers[0].volumeMounts[0].mountPath", "Required value"},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.volume + " " + c.mount);
+        auto r = respond(http::verb::post, "/api/v1/namespaces/default/pods", pod_with(c.volume, c.mount));
+        EXPECT_EQ(r.status, 422u) << r.body;
+        EXPECT_EQ(reason_of(r), "Invalid");
+        EXPECT_NE(r.body.find("\"field\":\"" + c.field + "\""), std::string::npos) << r.body;
+        EXPECT_NE(r.body.find(c.detail), std::string::npos) << r.body;
+    }
+    auto ok = respond(http::verb::post, "/api/v1/namespaces/default/pods",
+                      pod_with("data", R"({"name":"data","mountPath":"/m","subPath":"a/b"})"));
+    EXPECT_EQ(ok.status, 201u) << ok.body;
+    auto init = respond(http::verb::post, "/api/v1/namespaces/default/pods",
+                        R"({"metadata":{"name":"i"},"spec":{"initContainers":[{"name":"c","image":"busybox"}],)"
+                        R"("containers":[{"name":"c","image":"busybox"}]}})");
+    EXPECT_EQ(init.status, 422u) << init.body;
+    EXPECT_NE(init.body.find("spec.initContainers[0].name"), std::string::npos) << init.body;
+}
+
 TEST_F(ApiHandlerTest, NamespacesKeepTheirSpecAndTheBuiltInOnesCannotBeDeleted) {
     ASSERT_EQ(respond(http::verb::post, "/api/v1/namespaces", R"({"metadata":{"name":"team"}})").status, 201u);
     auto patched =
