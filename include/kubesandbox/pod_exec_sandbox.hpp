@@ -20,6 +20,9 @@ struct PodExecSandboxOptions {
     std::size_t max_output_bytes{1024 * 1024};
     std::chrono::seconds default_timeout{1800};
     std::size_t max_parallel_transfers{4};  // files moved at once by upload_files/download_files
+    // Largest file upload_files sends or download_files accepts; a larger one gets the per-file
+    // error file_too_large, and a download stops reading there (a /dev/zero costs this much memory).
+    std::size_t max_file_bytes{256 * 1024 * 1024};
     // Called after each command (and may be called after a reconnect), never awaited by
     // execute(): the provider uses it to record last-activity.
     std::function<void()> on_activity{};

@@ -27,6 +27,8 @@ inline constexpr const char* file_not_found = "file_not_found";
 inline constexpr const char* permission_denied = "permission_denied";
 inline constexpr const char* is_directory = "is_directory";
 inline constexpr const char* invalid_path = "invalid_path";
+// Ours: the file is larger than the sandbox's transfer limit (nothing past it was read).
+inline constexpr const char* file_too_large = "file_too_large";
 }  // namespace file_error
 
 struct FileUploadResponse {
@@ -50,7 +52,9 @@ public:
     // Runs `command` through the sandbox's shell in its working directory. timeout: nullopt =
     // the sandbox default, 0 = none. A timeout is not an error: exit code 124 and the output
     // "Command timed out after N seconds", and the remote processes are killed. Errors are
-    // for transport failures and a sandbox that disappeared. A command is never replayed.
+    // for transport failures and a sandbox that disappeared (the command is then killed where
+    // the sandbox still exists, best effort, and the message says so), and invalid_argument for
+    // a NUL byte in the command or a negative timeout. A command is never replayed.
     virtual boost::asio::awaitable<Result<ExecuteResponse>> execute(std::string command,
                                                                     std::optional<std::chrono::seconds> timeout) = 0;
     boost::asio::awaitable<Result<ExecuteResponse>> execute(std::string command) {

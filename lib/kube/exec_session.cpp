@@ -11,6 +11,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/websocket.hpp>
@@ -172,6 +173,11 @@ asio::awaitable<ReadResult> read_loop(WebSocket& ws, ExecOutcome& out, std::stri
             }
         }
         buffer.consume(buffer.size());
+        if (options.stop_at_cap && (out.stdout_truncated || out.stderr_truncated)) {
+            finished = true;
+            ws.next_layer().close();
+            co_return ReadResult{};
+        }
     }
 }
 
@@ -209,6 +215,15 @@ asio::awaitable<Result<ExecOutcome>> run_on_strand(std::shared_ptr<KubeClient::I
     };
     auto watch = std::make_shared<Watch>();
     auto timer = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor);
+    // However this frame ends (an exception included), a late timer handler must not touch `ws`.
+    struct Disarm {
+        std::shared_ptr<Watch> watch;
+        std::shared_ptr<asio::steady_timer> timer;
+        ~Disarm() {
+            watch->done = true;
+            timer->cancel();
+        }
+    } disarm{watch, timer};
     if (options.timeout) {
         timer->expires_after(*options.timeout);
         timer->async_wait([timer, watch, &ws](boost::system::error_code ec) {
@@ -231,6 +246,7 @@ asio::awaitable<Result<ExecOutcome>> run_on_strand(std::shared_ptr<KubeClient::I
     watch->done = true;
     timer->cancel();
     ws.next_layer().close();
+    if (options.stop_at_cap && (out.stdout_truncated || out.stderr_truncated)) co_return out;
     if (watch->timed_out) {
         out.timed_out = true;
         co_return out;
@@ -253,6 +269,8 @@ asio::awaitable<Result<ExecOutcome>> run_exec(std::shared_ptr<KubeClient::Impl> 
     auto strand = asio::make_strand(client->executor);
     auto op = [client = std::move(client), target = std::move(target),
                options = std::move(options)]() mutable -> asio::awaitable<Result<ExecOutcome>> {
+        // A cancelled caller gets the aborted operations as errors, never an exception.
+        co_await asio::this_coro::throw_if_cancelled(false);
         co_return co_await run_on_strand(std::move(client), std::move(target), std::move(options));
     };
     co_return co_await asio::co_spawn(strand, std::move(op), asio::use_awaitable);

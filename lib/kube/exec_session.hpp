@@ -40,12 +40,16 @@ struct ExecRunOptions {
     std::shared_ptr<const std::string> stdin_shared{};
     std::size_t max_stdout{SIZE_MAX};
     std::size_t max_stderr{SIZE_MAX};
+    // End the session as soon as a stream passes its cap (its *_truncated flag is set and no exit
+    // code arrives): for reads where nothing past the cap is wanted, e.g. /dev/zero.
+    bool stop_at_cap{};
     std::optional<std::chrono::steady_clock::duration> timeout{};
 };
 
 // Runs one exec session to completion on a strand of the client's executor. Errors: the
 // upgrade was refused (typed from the Status), the connection broke (errc::connection_closed),
-// or the server reported the command could not run (errc::pod_failed).
+// or the server reported the command could not run (errc::pod_failed). Cancelling the caller
+// ends the session (the connection is closed) and returns errc::connection_closed; it never throws.
 boost::asio::awaitable<Result<ExecOutcome>> run_exec(std::shared_ptr<KubeClient::Impl> client, ExecTarget target,
                                                      ExecRunOptions options);
 

@@ -184,6 +184,23 @@ PodExecSandbox::PodExecSandbox(KubeClient client, std::string namespace_name, st
 
 PodExecSandbox::~PodExecSandbox() = default;
 
+namespace {
+
+// A NUL cannot cross exec's argv (it would cut the command short), and a negative timeout has
+// no meaning: both are caller mistakes, refused before anything runs.
+std::optional<Error> check_command(const std::vector<std::string>& argv, std::optional<std::chrono::seconds> timeout) {
+    if (argv.empty()) return make_error(errc::invalid_argument, "empty command");
+    for (const auto& arg : argv)
+        if (arg.find('\0') != std::string::npos)
+            return make_error(errc::invalid_argument, "the command contains a NUL byte");
+    if (timeout && timeout->count() < 0)
+        return make_error(errc::invalid_argument,
+                          "negative timeout (" + std::to_string(timeout->count()) + " s); 0 means none");
+    return std::nullopt;
+}
+
+}  // namespace
+
 // Steps shared by execute, run and the transfers.
 struct PodExecSandbox::Internals {
     static std::vector<std::string> launch_argv(const PodExecSandbox& self, const std::string& marker,
@@ -193,15 +210,21 @@ struct PodExecSandbox::Internals {
         return out;
     }
 
-    static asio::awaitable<void> kill_marked(PodExecSandbox& self, std::string marker) {
-        kube::ExecTarget killer =
-            make_target(self, {self.options_.shell, "-c", kill_script, "sh", std::move(marker)}, false);
+    // Kills every process of the command marked `marker`. Best effort: when the pod is gone there
+    // is nothing left to kill. Holds no reference to the sandbox, so it may outlive the call.
+    static asio::awaitable<bool> kill_marked(std::shared_ptr<KubeClient::Impl> client, kube::ExecTarget killer) {
         kube::ExecRunOptions kill_run;
         kill_run.max_stdout = 4096;
         kill_run.max_stderr = 4096;
         kill_run.timeout = std::chrono::seconds(30);
-        // Best effort: when the pod is gone there is nothing left to kill.
-        co_await kube::run_exec(KubeClientAccess::impl(self.client_), std::move(killer), std::move(kill_run));
+        auto done = co_await kube::run_exec(std::move(client), std::move(killer), std::move(kill_run));
+        co_return done && done->exit_code == 0;
+    }
+    static kube::ExecTarget killer(const PodExecSandbox& self, std::string marker) {
+        return make_target(self, {self.options_.shell, "-c", kill_script, "sh", std::move(marker)}, false);
+    }
+    static asio::awaitable<bool> kill_marked(PodExecSandbox& self, std::string marker) {
+        co_return co_await kill_marked(KubeClientAccess::impl(self.client_), killer(self, std::move(marker)));
     }
 
     static asio::awaitable<std::optional<Error>> gone_error(PodExecSandbox& self) {
@@ -230,10 +253,24 @@ struct PodExecSandbox::Internals {
         if (limit.count() > 0) run.timeout = limit;
         auto outcome = co_await kube::run_exec(KubeClientAccess::impl(self.client_), std::move(target), std::move(run));
         if (self.options_.on_activity) self.options_.on_activity();
+        if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none) {
+            // The caller gave up: nothing more is awaited here, and the command is killed on the
+            // side (the kill holds no reference to this sandbox, which may be gone by then).
+            asio::co_spawn(KubeClientAccess::impl(self.client_)->executor,
+                           kill_marked(KubeClientAccess::impl(self.client_), killer(self, marker)), asio::detached);
+            co_return fail(errc::cancelled, "execute in " + self.id_ + " was cancelled; its command is being killed");
+        }
         if (!outcome) {
             // A connection that died mid-command: say whether the sandbox itself is gone.
             if (outcome.error().is(errc::connection_closed) || outcome.error().is(errc::pod_failed)) {
                 if (auto gone = co_await gone_error(self)) co_return fail(std::move(*gone));
+            }
+            if (outcome.error().is(errc::connection_closed)) {
+                // The command may still run: kill it, and say whether that worked.
+                Error lost = outcome.error();
+                bool killed = co_await kill_marked(self, marker);
+                lost.message += killed ? "; the command was killed" : "; the command could not be killed";
+                co_return fail(std::move(lost));
             }
             co_return fail(outcome.error());
         }
@@ -258,6 +295,7 @@ struct PodExecSandbox::Internals {
             run.stdin_shared = input;
             run.max_stdout = max_stdout;
             run.max_stderr = 64 * 1024;
+            run.stop_at_cap = true;
             if (self.options_.default_timeout.count() > 0) run.timeout = self.options_.default_timeout;
             auto outcome =
                 co_await kube::run_exec(KubeClientAccess::impl(self.client_), std::move(target), std::move(run));
@@ -270,6 +308,7 @@ struct PodExecSandbox::Internals {
 
 asio::awaitable<Result<ExecuteResponse>> PodExecSandbox::execute(std::string command,
                                                                  std::optional<std::chrono::seconds> timeout) {
+    if (auto bad = check_command({command}, timeout)) co_return fail(std::move(*bad));
     const std::chrono::seconds limit = timeout.value_or(options_.default_timeout);
     std::vector<std::string> argv{options_.shell, "-c", std::move(command)};
     auto outcome = co_await Internals::run_marked(*this, std::move(argv), std::string(), false, limit);
@@ -281,6 +320,7 @@ asio::awaitable<Result<ExecuteResponse>> PodExecSandbox::execute(std::string com
 
 asio::awaitable<Result<RunResponse>> PodExecSandbox::run(std::vector<std::string> argv, std::string stdin_data,
                                                          std::optional<std::chrono::seconds> timeout) {
+    if (auto bad = check_command(argv, timeout)) co_return fail(std::move(*bad));
     const std::chrono::seconds limit = timeout.value_or(options_.default_timeout);
     auto outcome = co_await Internals::run_marked(*this, std::move(argv), std::move(stdin_data), true, limit);
     if (!outcome) co_return fail(outcome.error());
@@ -311,7 +351,10 @@ asio::awaitable<void> for_each_bounded(std::size_t n, std::size_t parallel, Work
         };
         asio::co_spawn(executor, worker(), asio::detached);
     }
-    // The workers reference `work`, which lives in this frame until they are all done.
+    // The workers reference `work` (and through it the caller's frame), which must outlive them:
+    // a cancelled caller still waits here for the transfers in flight, without throwing.
+    co_await asio::this_coro::throw_if_cancelled(false);
+    co_await asio::this_coro::reset_cancellation_state(asio::disable_cancellation());
     while (remaining->load() != 0) co_await done->async_wait(asio::as_tuple(asio::use_awaitable));
 }
 
@@ -326,6 +369,10 @@ asio::awaitable<Result<std::vector<FileUploadResponse>>> PodExecSandbox::upload_
         out[i].path = path;
         if (!is_absolute_clean_path(path)) {
             out[i].error = file_error::invalid_path;
+            co_return;
+        }
+        if (content.size() > options_.max_file_bytes) {
+            out[i].error = file_error::file_too_large;
             co_return;
         }
         if (fatal) {
@@ -364,10 +411,15 @@ asio::awaitable<Result<std::vector<FileDownloadResponse>>> PodExecSandbox::downl
             co_return;
         }
         std::vector<std::string> argv{options_.shell, "-c", download_script, "sh", path};
-        auto outcome = co_await Internals::transfer(*this, std::move(argv), std::string(), false, SIZE_MAX);
+        auto outcome =
+            co_await Internals::transfer(*this, std::move(argv), std::string(), false, options_.max_file_bytes);
         if (!outcome) {
             if (outcome.error().is(errc::not_found)) fatal = outcome.error();
             out[i].error = "transfer failed: " + outcome.error().message;
+            co_return;
+        }
+        if (outcome->stdout_truncated) {
+            out[i].error = file_error::file_too_large;
             co_return;
         }
         out[i].error = transfer_error(*outcome);

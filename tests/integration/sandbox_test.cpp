@@ -132,6 +132,116 @@ TEST_F(SandboxTest, TimeoutReturns124AndKillsTheRemoteProcesses) {
     });
 }
 
+// A NUL would cut the command short on its way through exec's argv; a negative timeout has no
+// meaning. Both are refused before anything runs.
+TEST_F(SandboxTest, CallerMistakesAreTypedErrorsAndRunNothing) {
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create_pod();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        auto& s = **sb;
+        auto nul = co_await s.execute(std::string("touch /workspace/ran\0; rm -rf /workspace", 37));
+        EXPECT_TRUE(!nul && nul.error().is(errc::invalid_argument)) << (nul ? "ran" : nul.error().message);
+        auto negative = co_await s.execute("touch /workspace/ran", std::chrono::seconds(-1));
+        EXPECT_TRUE(!negative && negative.error().is(errc::invalid_argument));
+        PodExecSandbox raw(client(), s.namespace_name(), s.pod_name(), PodExecSandboxOptions{});
+        std::vector<std::string> argv{"touch", std::string("/workspace/ran\0x", 16)};
+        auto run_nul = co_await raw.run(argv, std::string(), std::nullopt);
+        EXPECT_TRUE(!run_nul && run_nul.error().is(errc::invalid_argument));
+        auto left = co_await s.execute("ls -A /workspace");
+        EXPECT_TRUE(left && left->output.empty() && left->exit_code == 0) << (left ? left->output : "");
+        co_await p.delete_sandbox(s.pod_name());
+    });
+}
+
+// A download stops reading at the file limit: /dev/zero costs the limit, not all memory.
+TEST_F(SandboxTest, TransfersStopAtTheFileLimit) {
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create_pod();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        PodExecSandboxOptions opts;
+        opts.max_file_bytes = 1024 * 1024;
+        PodExecSandbox s(client(), (*sb)->namespace_name(), (*sb)->pod_name(), opts);
+        std::string exact(opts.max_file_bytes, 'x');
+        std::vector<std::pair<std::string, std::string>> files{{"/workspace/exact", exact},
+                                                               {"/workspace/over", exact + "y"}};
+        auto up = co_await s.upload_files(files);
+        EXPECT_TRUE(up && up->size() == 2);
+        if (up && up->size() == 2) {
+            EXPECT_FALSE((*up)[0].error) << *(*up)[0].error;
+            EXPECT_EQ((*up)[1].error, file_error::file_too_large);
+        }
+        auto start = std::chrono::steady_clock::now();
+        std::vector<std::string> paths{"/dev/zero", "/workspace/exact", "/workspace/over"};
+        auto down = co_await s.download_files(paths);
+        EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+        EXPECT_TRUE(down && down->size() == 3);
+        if (down && down->size() == 3) {
+            EXPECT_EQ((*down)[0].error, file_error::file_too_large);
+            EXPECT_FALSE((*down)[0].content);
+            EXPECT_TRUE((*down)[1].content && *(*down)[1].content == exact);
+            EXPECT_EQ((*down)[2].error, file_error::file_not_found);  // never written
+        }
+        co_await p.delete_sandbox((*sb)->pod_name());
+    });
+}
+
+// The caller gives up on a command (here: an `||` with a timer): the command is killed in the
+// sandbox as on a timeout, and the caller gets its answer at once.
+TEST_F(SandboxTest, ACancelledExecuteKillsItsCommand) {
+    using namespace asio::experimental::awaitable_operators;
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create_pod();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        auto& s = **sb;
+        asio::steady_timer give_up(co_await asio::this_coro::executor, 1s);
+        auto start = std::chrono::steady_clock::now();
+        auto first = co_await (s.execute("setsid sleep 313 & sleep 311; echo done") ||
+                               give_up.async_wait(asio::as_tuple(asio::use_awaitable)));
+        EXPECT_EQ(first.index(), 1u);
+        EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+        std::string left = "?";
+        for (int i = 0; i < 100 && !left.empty(); ++i) {
+            auto ps = co_await s.execute("ps | grep -E 'sleep 31[13]' | grep -v grep || true");
+            left = ps ? ps->output : "?";
+            if (!left.empty()) co_await sleep_for(100ms);
+        }
+        EXPECT_EQ(left, "") << "the cancelled command survived";
+        co_await p.delete_sandbox(s.pod_name());
+    });
+}
+
+// The connection drops mid-command: the command ran once (never replayed), is killed, and the
+// error says so.
+TEST_F(SandboxTest, ADroppedConnectionKillsTheCommandAndSaysSo) {
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create_pod();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        auto& s = **sb;
+        FaultRule drop;
+        drop.path_contains = "/exec";
+        drop.action = FaultRule::Action::drop_mid_stream;
+        drop.drop_after_bytes = 1000;
+        cluster_->add_fault(drop);
+        auto r = co_await s.execute("echo ran >> /workspace/count; head -c 5000 /dev/zero; sleep 314");
+        EXPECT_FALSE(r.has_value());
+        if (!r) {
+            EXPECT_TRUE(r.error().is(errc::connection_closed)) << r.error().message;
+            EXPECT_NE(r.error().message.find("the command was killed"), std::string::npos) << r.error().message;
+        }
+        auto count = co_await s.execute("cat /workspace/count; ps | grep 'sleep 314' | grep -v grep || true");
+        EXPECT_TRUE(count && count->output == "ran\n") << (count ? count->output : count.error().message);
+        co_await p.delete_sandbox(s.pod_name());
+    });
+}
+
 TEST_F(SandboxTest, FilesRoundTripByteExactWithHostileNames) {
     auto p = provider();
     run([&]() -> asio::awaitable<void> {
