@@ -395,7 +395,7 @@ TEST_F(RawProviderTest, CleanupAsksBeforeReapingAnExpiredSandbox) {
     run([&]() -> asio::awaitable<void> {
         GetOrCreateOptions o;
         o.sandbox_id = "vetoed";
-        o.ttl_seconds = 1;
+        o.ttl_idle_seconds = 1;  // an absolute TTL would also end the pod itself (activeDeadlineSeconds)
         auto sb = co_await p->get_or_create_pod(o);
         EXPECT_TRUE(sb) << sb.error().describe();
         co_await sleep_for(2100ms);
@@ -1152,6 +1152,57 @@ TEST_F(RawProviderTest, NetworkPolicyIsOwnedByItsPod) {
         std::string id = "owned";
         auto d2 = co_await p->delete_sandbox(id);
         EXPECT_TRUE(d2);
+    });
+}
+
+// The deny-all policy outlives a terminating pod (the pod may still run during its grace
+// period), and a reconnect restores a policy someone deleted instead of handing out an open pod.
+TEST_F(RawProviderTest, PolicyStaysUntilThePodIsGoneAndReconnectRestoresIt) {
+    RawProviderOptions cfg;
+    cfg.image = "busybox";
+    cfg.command = {"sh", "-c", "trap '' TERM; while :; do sleep 1; done"};
+    cfg.delete_grace_period = 3s;
+    auto p = provider(cfg);
+    run([&]() -> asio::awaitable<void> {
+        GetOrCreateOptions o;
+        o.sandbox_id = "np-keep";
+        auto sb = co_await p->get_or_create_pod(o);
+        EXPECT_TRUE(sb) << sb.error().describe();
+        if (!sb) co_return;
+        const ResourcePath pp = pods("default").with_name((*sb)->pod_name());
+        const ResourcePath npp = netpols("default").with_name((*sb)->pod_name() + "-deny-all");
+        auto removed = co_await client_->remove(npp);
+        EXPECT_TRUE(removed);
+        auto again = co_await p->get_or_create_pod(o);
+        EXPECT_TRUE(again) << again.error().describe();
+        auto np = co_await client_->get(npp);
+        EXPECT_TRUE(np) << "reconnect handed out a pod without its policy";
+        auto pod_now = co_await client_->get(pp);
+        if (np && pod_now) {
+            auto& refs = (*np)["metadata"].as_object()["ownerReferences"];
+            EXPECT_TRUE(refs.is_array() && refs.as_array().size() == 1u &&
+                        str(refs.as_array()[0].as_object(), {"uid"}) == str(*pod_now, {"metadata", "uid"}))
+                << json::serialize(*np);
+        }
+
+        std::string id = "np-keep";
+        auto d = co_await p->delete_sandbox(id);
+        EXPECT_TRUE(d && *d);
+        auto terminating = co_await client_->get(pp);
+        EXPECT_TRUE(terminating && str(*terminating, {"metadata", "deletionTimestamp"}) != "")
+            << "the pod should still be terminating (it ignores SIGTERM)";
+        auto during = co_await client_->get(npp);
+        EXPECT_TRUE(during) << "the policy went while its pod was still terminating";
+        bool pod_gone = false, policy_gone = false;
+        for (int i = 0; i < 150 && !policy_gone; ++i) {
+            auto pod = co_await client_->get(pp);
+            pod_gone = pod_gone || (!pod && pod.error().is(errc::not_found));
+            auto pol = co_await client_->get(npp);
+            policy_gone = !pol && pol.error().is(errc::not_found);
+            EXPECT_TRUE(pod_gone || !policy_gone) << "policy gone before the pod";
+            if (!policy_gone) co_await sleep_for(100ms);
+        }
+        EXPECT_TRUE(pod_gone && policy_gone);
     });
 }
 

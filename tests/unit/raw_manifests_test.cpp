@@ -103,12 +103,89 @@ TEST(RawManifests, WarmClaimIsPreconditioned) {
     RawProviderOptions o;
     auto idt = raw::make_identity(o, "ksb-x", {}, std::nullopt, std::nullopt, "T");
     ASSERT_TRUE(idt);
-    json::object patch = raw::warm_claim_patch(*idt, "42", "tok", "NOW");
+    json::object patch = raw::warm_claim_patch(*idt, "42", "tok", "NOW", std::nullopt);
+    EXPECT_FALSE(patch.contains("spec"));
     const auto& md = patch.at("metadata").as_object();
     EXPECT_EQ(md.at("resourceVersion"), "42");
     EXPECT_EQ(md.at("labels").at("kubesandbox.io/pool-status"), "active");
     EXPECT_EQ(md.at("annotations").at("kubesandbox.io/claim-token"), "tok");
     EXPECT_EQ(md.at("annotations").at("kubesandbox.io/last-activity"), "NOW");
+}
+
+TEST(RawManifests, InitContainersAreHardenedToo) {
+    RawProviderOptions o;
+    o.init_containers.push_back(json::object{
+        {"name", "setup"},
+        {"image", "busybox"},
+        {"securityContext", json::object{{"privileged", true},
+                                         {"runAsUser", 0},
+                                         {"capabilities", json::object{{"add", json::array{"SYS_ADMIN"}}}}}}});
+    json::object p = raw::build_pod(o, "ksb-a", {}, {});
+    const auto& sc = p.at("spec").at("initContainers").as_array().at(0).at("securityContext").as_object();
+    EXPECT_EQ(sc.at("privileged"), false);
+    EXPECT_EQ(sc.at("allowPrivilegeEscalation"), false);
+    EXPECT_EQ(sc.at("runAsUser"), 1000);
+    EXPECT_EQ(json::serialize(sc.at("capabilities")), R"({"drop":["ALL"]})");
+    EXPECT_EQ(raw::hardening_problem(p.at("spec").as_object()), std::nullopt);
+}
+
+TEST(RawManifests, OverridesThatWeakenTheHardeningAreNamed) {
+    struct Case {
+        json::object overrides;
+        std::string problem;
+    };
+    std::vector<Case> cases;
+    cases.push_back({json::object{{"hostPID", true}}, "spec.hostPID is true"});
+    cases.push_back({json::object{{"automountServiceAccountToken", true}}, "automountServiceAccountToken"});
+    cases.push_back(
+        {json::object{{"volumes", json::array{json::object{{"name", "h"}, {"hostPath", json::object{{"path", "/"}}}}}}},
+         "volume h is a hostPath"});
+    // A merge patch replaces arrays whole: a containers list without a securityContext.
+    cases.push_back({json::object{{"containers", json::array{json::object{{"name", "sandbox"}, {"image", "x"}}}}},
+                     "spec.containers[0].securityContext is missing"});
+    cases.push_back(
+        {json::object{{"containers",
+                       json::array{json::object{{"name", "other"}, {"image", "x"}, {"securityContext", nullptr}}}}},
+         "securityContext is missing"});
+    cases.push_back({json::object{{"securityContext", nullptr}}, ""});  // containers still say runAsNonRoot
+    for (auto& c : cases) {
+        RawProviderOptions o;
+        o.pod_template_overrides = c.overrides;
+        json::object p = raw::build_pod(o, "ksb-a", {}, {});
+        auto problem = raw::hardening_problem(p.at("spec").as_object());
+        SCOPED_TRACE(json::serialize(c.overrides));
+        if (c.problem.empty()) {
+            EXPECT_EQ(problem, std::nullopt);
+        } else {
+            ASSERT_TRUE(problem);
+            EXPECT_NE(problem->find(c.problem), std::string::npos) << *problem;
+        }
+    }
+    RawProviderOptions plain;
+    EXPECT_EQ(raw::hardening_problem(raw::build_pod(plain, "ksb-a", {}, {}).at("spec").as_object()), std::nullopt);
+}
+
+TEST(RawManifests, TheAbsoluteTtlBecomesTheActiveDeadline) {
+    RawProviderOptions o;
+    auto idt = raw::make_identity(o, "a", {}, 600, std::nullopt, "T");
+    ASSERT_TRUE(idt);
+    json::object active{{"kubesandbox.io/pool-status", "active"}};
+    auto p = raw::build_pod(o, "ksb-a", active, idt->annotations);
+    EXPECT_EQ(p.at("spec").at("activeDeadlineSeconds"), 600);
+    o.active_deadline_seconds = 300;  // the smaller one wins
+    EXPECT_EQ(raw::build_pod(o, "ksb-a", active, idt->annotations).at("spec").at("activeDeadlineSeconds"), 300);
+    // A warm pod has no TTL yet: it gets one when claimed, counted from the claim.
+    json::object warm{{"kubesandbox.io/pool-status", "warm"}};
+    o.active_deadline_seconds.reset();
+    EXPECT_FALSE(
+        raw::build_pod(o, "ksb-a", warm, idt->annotations).at("spec").as_object().contains("activeDeadlineSeconds"));
+    EXPECT_EQ(raw::claimed_deadline(*idt, std::nullopt, 120), 720);
+    EXPECT_EQ(raw::claimed_deadline(*idt, 500, 120), 500);
+    auto no_ttl = raw::make_identity(o, "b", {}, std::nullopt, std::nullopt, "T");
+    ASSERT_TRUE(no_ttl);
+    EXPECT_EQ(raw::claimed_deadline(*no_ttl, std::nullopt, 120), std::nullopt);
+    json::object patch = raw::warm_claim_patch(*idt, "1", "t", "NOW", 720);
+    EXPECT_EQ(patch.at("spec").at("activeDeadlineSeconds"), 720);
 }
 
 TEST(RawManifests, PerSandboxNamespaceQuotaAndLimits) {

@@ -106,6 +106,51 @@ asio::awaitable<Result<void>> create_network_policy(StatePtr st, const std::stri
     co_return Result<void>{};
 }
 
+}  // namespace
+
+// Fail-closed: a pod we hand out has its deny-all policy, owned by the pod (so it stays until
+// the pod is gone, however the pod goes). A missing one is re-created; one with that name that
+// is not ours refuses the sandbox.
+asio::awaitable<Result<void>> ensure_network_policy(StatePtr st, const std::string& ns, const std::string& name,
+                                                    const std::string& sandbox_label, const std::string& uid) {
+    const RawProviderOptions& cfg = st->options;
+    if (!cfg.block_network) co_return Result<void>{};
+    const ResourcePath path = network_policies_path(ns).with_name(network_policy_name(name));
+    auto np = co_await st->client.get(path);
+    if (np) {
+        if (label_of(*np, keys::managed_by) != keys::managed_by_value)
+            co_return fail(errc::conflict, "NetworkPolicy " + ns + "/" + network_policy_name(name) +
+                                               " is not kubesandbox's: sandbox " + ns + "/" + name + " refused");
+        bool owned = false;
+        if (auto* refs = metadata_of(*np).if_contains("ownerReferences"); refs && refs->is_array())
+            for (const auto& ref : refs->as_array())
+                owned = owned || (ref.is_object() && string_at(ref.as_object(), "uid") == uid);
+        if (!owned) {
+            auto r = co_await st->client.patch(path, owner_patch(name, uid), PatchType::merge);
+            if (!r && !r.error().is(errc::not_found))
+                cfg.logger.warning("ownerReference on " + ns + "/" + network_policy_name(name) +
+                                   " not set: " + r.error().describe());
+            if (r || !r.error().is(errc::not_found)) co_return Result<void>{};
+        } else {
+            co_return Result<void>{};
+        }
+    } else if (!np.error().is(errc::not_found)) {
+        co_return fail(np.error());
+    }
+    CreateOptions copts;
+    auto r = co_await st->client.create(
+        network_policies_path(ns),
+        build_network_policy(cfg, name, sandbox_label, util::random_hex(16), uid, util::now_rfc3339(true)), copts);
+    if (!r && !r.error().is(errc::already_exists)) {
+        Error e = r.error();
+        e.message = "NetworkPolicy (block_network) missing and not re-created, sandbox refused: " + e.message;
+        co_return fail(std::move(e));
+    }
+    co_return Result<void>{};
+}
+
+namespace {
+
 // Runs the setup script once and records the outcome for adopters waiting on it.
 asio::awaitable<Result<void>> run_setup(StatePtr st, const std::string& ns, const std::string& name,
                                         const std::string& id) {
@@ -173,8 +218,15 @@ asio::awaitable<Result<CreateOutcome>> create_and_wait(StatePtr st, std::string 
     json::object annotations = idt.annotations;
     annotations[keys::creation_token] = token;
     if (!cfg.setup_script.empty()) annotations[keys::setup] = "pending";
-    auto created = co_await st->client.create(pods_path(ns),
-                                              build_pod(cfg, name, std::move(labels), std::move(annotations)), copts);
+    json::object pod = build_pod(cfg, name, std::move(labels), std::move(annotations));
+    if (auto weaker = hardening_problem(pod["spec"].as_object())) {
+        co_await remove_created(st, ns, name, false, created_np, created_ns);
+        co_return fail(errc::invalid_argument,
+                       "the sandbox pod would be weaker than its hardening (pod_template_overrides or "
+                       "init_containers?): " +
+                           *weaker);
+    }
+    auto created = co_await st->client.create(pods_path(ns), std::move(pod), copts);
     // A 409 for a fixed name, or a lost answer: look at what is there.
     if (!created && (deterministic || !created.error().is(errc::already_exists)))
         created = co_await existing_after(st, pods_path(ns).with_name(name), created.error());
@@ -217,22 +269,15 @@ asio::awaitable<Result<CreateOutcome>> create_and_wait(StatePtr st, std::string 
         if (ours) co_await remove_created(st, ns, name, true, true, created_ns);
         co_return fail(std::move(e));
     }
+    // Fail-closed even if a racing creator removed the policy after its own failure, and for an
+    // adopted pod whose policy someone deleted.
+    if (auto np = co_await ensure_network_policy(st, ns, name, idt.label, uid); !np) {
+        Error e = np.error();
+        if (!outcome.adopted) co_await remove_created(st, ns, name, true, true, created_ns);
+        co_return fail(std::move(e));
+    }
     if (outcome.adopted) co_return outcome;
 
-    if (cfg.block_network) {
-        // Fail-closed even if a racing creator removed the policy after its own failure.
-        auto np = co_await st->client.get(network_policies_path(ns).with_name(network_policy_name(name)));
-        if (!np) {
-            auto r = co_await st->client.create(
-                network_policies_path(ns),
-                build_network_policy(cfg, name, idt.label, token, uid, util::now_rfc3339(true)), copts);
-            if (!r && !r.error().is(errc::already_exists)) {
-                Error e = r.error();
-                co_await remove_created(st, ns, name, true, true, created_ns);
-                co_return fail(std::move(e));
-            }
-        }
-    }
     if (!cfg.setup_script.empty()) {
         auto setup = co_await run_setup(st, ns, name, idt.id);
         if (!setup) {
@@ -256,7 +301,9 @@ asio::awaitable<Result<bool>> delete_objects(StatePtr st, std::string ns, std::s
     const ResourcePath pod_path = pods_path(ns).with_name(pod);
     auto cur = co_await st->client.get(pod_path);
     bool pod_gone = false;
+    std::optional<std::string> pod_uid;
     if (cur) {
+        pod_uid = string_at(metadata_of(*cur), "uid");
         if (label_of(*cur, keys::managed_by) != keys::managed_by_value)
             co_return fail(errc::conflict, "pod " + ns + "/" + pod + " is not managed by kubesandbox: not deleting it");
         std::string have = label_of(*cur, keys::sandbox_id);
@@ -286,9 +333,25 @@ asio::awaitable<Result<bool>> delete_objects(StatePtr st, std::string ns, std::s
     }
     if (!pod_gone) co_return fail(*first_error);  // never unprotect a pod that may still run
 
-    auto r2 = co_await st->client.remove(network_policies_path(ns).with_name(network_policy_name(pod)));
-    if (r2) found = found || r2->found;
-    else if (!r2.error().is(errc::not_found) && !first_error) first_error = r2.error();
+    // A policy owned by the pod is left to the garbage collector, which removes it only once the
+    // pod object is gone (a terminating pod keeps its network closed); an unowned one goes now.
+    const ResourcePath np_path = network_policies_path(ns).with_name(network_policy_name(pod));
+    auto np = co_await st->client.get(np_path);
+    bool owned_by_pod = false;
+    if (np && pod_uid) {
+        if (auto* refs = metadata_of(*np).if_contains("ownerReferences"); refs && refs->is_array())
+            for (const auto& ref : refs->as_array())
+                owned_by_pod = owned_by_pod || (ref.is_object() && string_at(ref.as_object(), "uid") == *pod_uid);
+    }
+    if (np && owned_by_pod) {
+        found = true;
+    } else if (np) {
+        auto r2 = co_await st->client.remove(np_path);
+        if (r2) found = found || r2->found;
+        else if (!r2.error().is(errc::not_found) && !first_error) first_error = r2.error();
+    } else if (!np.error().is(errc::not_found) && !first_error) {
+        first_error = np.error();
+    }
 
     if (remove_namespace && ns == pod && pod.rfind("ksb-", 0) == 0) {
         const ResourcePath ns_path = namespaces_path().with_name(ns);

@@ -8,11 +8,26 @@
 
 #include <boost/json/serialize.hpp>
 
+#include <algorithm>
+#include <optional>
+
 namespace kubesandbox::raw {
 
 namespace json = boost::json;
 
 namespace {
+
+std::optional<bool> bool_at(const json::object* o, std::string_view key) {
+    auto* v = o ? o->if_contains(key) : nullptr;
+    return v && v->is_bool() ? std::optional<bool>(v->get_bool()) : std::nullopt;
+}
+
+std::optional<std::int64_t> ttl_of(const json::object& annotations) {
+    std::string v = util::string_at(annotations, keys::ttl_seconds);
+    if (v.empty() || v.size() > 12 || v.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    std::int64_t ttl = std::stoll(v);
+    return ttl > 0 ? std::optional<std::int64_t>(ttl) : std::nullopt;
+}
 
 json::object resource_map(const std::string& cpu, const std::string& mem, const std::string& eph) {
     json::object o;
@@ -60,6 +75,29 @@ json::object named(const char* api_version, const char* kind, const std::string&
     return o;
 }
 
+// Every container of a sandbox pod, the user's init containers included, runs as the sandbox
+// user with no privileges, no capabilities and the seccomp profile; a weaker securityContext
+// given for an init container is overwritten (runAsUser/runAsGroup are kept when not root).
+void harden(json::object& container, const RawProviderOptions& cfg) {
+    json::object csc;
+    if (auto* given = container.if_contains("securityContext"); given && given->is_object()) csc = given->get_object();
+    csc["allowPrivilegeEscalation"] = false;
+    csc["privileged"] = false;
+    csc["runAsNonRoot"] = true;
+    auto keep_id = [&](const char* key, std::int64_t fallback) {
+        auto* v = csc.if_contains(key);
+        if (!v || !v->is_int64() || v->get_int64() <= 0) csc[key] = fallback;
+    };
+    keep_id("runAsUser", cfg.run_as_user);
+    keep_id("runAsGroup", cfg.run_as_group);
+    json::object caps;
+    caps["drop"] = json::array{"ALL"};
+    csc["capabilities"] = std::move(caps);
+    if (!cfg.seccomp_profile.empty()) csc["seccompProfile"] = seccomp(cfg.seccomp_profile);
+    if (cfg.read_only_root_filesystem) csc["readOnlyRootFilesystem"] = true;
+    container["securityContext"] = std::move(csc);
+}
+
 json::object container_of(const RawProviderOptions& cfg) {
     json::object container;
     container["name"] = "sandbox";
@@ -85,18 +123,7 @@ json::object container_of(const RawProviderOptions& cfg) {
     if (!req.empty()) resources["requests"] = std::move(req);
     if (!lim.empty()) resources["limits"] = std::move(lim);
     container["resources"] = std::move(resources);
-    json::object csc;
-    csc["allowPrivilegeEscalation"] = false;
-    csc["privileged"] = false;
-    csc["runAsNonRoot"] = true;
-    csc["runAsUser"] = cfg.run_as_user;
-    csc["runAsGroup"] = cfg.run_as_group;
-    json::object caps;
-    caps["drop"] = json::array{"ALL"};
-    csc["capabilities"] = std::move(caps);
-    if (!cfg.seccomp_profile.empty()) csc["seccompProfile"] = seccomp(cfg.seccomp_profile);
-    if (cfg.read_only_root_filesystem) csc["readOnlyRootFilesystem"] = true;
-    container["securityContext"] = std::move(csc);
+    harden(container, cfg);
     return container;
 }
 
@@ -181,7 +208,12 @@ json::object build_pod(const RawProviderOptions& cfg, const std::string& name, j
     spec["securityContext"] = std::move(psc);
     if (!cfg.service_account.empty()) spec["serviceAccountName"] = cfg.service_account;
     if (!cfg.runtime_class_name.empty()) spec["runtimeClassName"] = cfg.runtime_class_name;
-    if (cfg.active_deadline_seconds) spec["activeDeadlineSeconds"] = *cfg.active_deadline_seconds;
+    // The absolute TTL also bounds the pod where it runs, reaper or not (a warm pod gets it when
+    // claimed, counted from its start).
+    std::optional<std::int64_t> deadline = cfg.active_deadline_seconds;
+    if (auto ttl = ttl_of(annotations); ttl && util::string_at(labels, keys::pool_status) != "warm")
+        deadline = deadline ? std::min(*deadline, *ttl) : *ttl;
+    if (deadline) spec["activeDeadlineSeconds"] = *deadline;
     if (!cfg.node_selector.empty()) spec["nodeSelector"] = util::to_json_object(cfg.node_selector);
     if (!cfg.tolerations.empty()) spec["tolerations"] = cfg.tolerations;
     if (!cfg.image_pull_secrets.empty()) {
@@ -193,7 +225,12 @@ json::object build_pod(const RawProviderOptions& cfg, const std::string& name, j
         }
         spec["imagePullSecrets"] = std::move(secrets);
     }
-    if (!cfg.init_containers.empty()) spec["initContainers"] = cfg.init_containers;
+    if (!cfg.init_containers.empty()) {
+        json::array init = cfg.init_containers;
+        for (auto& c : init)
+            if (c.is_object()) harden(c.get_object(), cfg);
+        spec["initContainers"] = std::move(init);
+    }
     spec["volumes"] = std::move(volumes);
     spec["containers"] = json::array{std::move(container)};
     json::value merged = spec;
@@ -286,8 +323,52 @@ json::object build_limit_range(const RawProviderOptions& cfg, const std::string&
     return lr;
 }
 
+std::optional<std::string> hardening_problem(const json::object& spec) {
+    for (const char* host : {"hostNetwork", "hostPID", "hostIPC"})
+        if (auto* v = spec.if_contains(host); v && v->is_bool() && v->get_bool())
+            return std::string("spec.") + host + " is true";
+    if (auto* v = spec.if_contains("automountServiceAccountToken"); !v || !v->is_bool() || v->get_bool())
+        return std::string("spec.automountServiceAccountToken is not false");
+    const json::object* psc = util::object_at(spec, "securityContext");
+    bool pod_non_root = psc && bool_at(psc, "runAsNonRoot").value_or(false);
+    if (auto* v = spec.if_contains("volumes"); v && v->is_array())
+        for (const auto& vol : v->as_array())
+            if (vol.is_object() && vol.as_object().contains("hostPath"))
+                return "volume " + util::string_at(vol.as_object(), "name") + " is a hostPath";
+    bool has_sandbox = false;
+    for (const char* key : {"initContainers", "containers", "ephemeralContainers"}) {
+        auto* list = spec.if_contains(key);
+        if (!list || !list->is_array()) continue;
+        std::size_t i = 0;
+        for (const auto& c : list->as_array()) {
+            std::string where = std::string("spec.") + key + "[" + std::to_string(i++) + "].securityContext";
+            if (!c.is_object()) continue;
+            if (std::string(key) == "containers" && util::string_at(c.as_object(), "name") == "sandbox")
+                has_sandbox = true;
+            const json::object* csc = util::object_at(c.as_object(), "securityContext");
+            if (!csc) return where + " is missing";
+            if (bool_at(csc, "privileged").value_or(false)) return where + ".privileged is true";
+            if (bool_at(csc, "allowPrivilegeEscalation").value_or(true))
+                return where + ".allowPrivilegeEscalation is not false";
+            if (!bool_at(csc, "runAsNonRoot").value_or(pod_non_root)) return where + ".runAsNonRoot is not true";
+            if (auto* uid = csc->if_contains("runAsUser"); uid && uid->is_int64() && uid->get_int64() == 0)
+                return where + ".runAsUser is 0";
+            const json::object* caps = util::object_at(*csc, "capabilities");
+            bool drops_all = false;
+            if (auto* drop = caps ? caps->if_contains("drop") : nullptr; drop && drop->is_array())
+                for (const auto& d : drop->as_array())
+                    drops_all = drops_all || (d.is_string() && d.get_string() == "ALL");
+            if (!drops_all) return where + ".capabilities.drop does not hold ALL";
+            if (auto* add = caps->if_contains("add"); add && add->is_array() && !add->as_array().empty())
+                return where + ".capabilities.add is not empty";
+        }
+    }
+    if (!has_sandbox) return std::string("no container named sandbox");
+    return std::nullopt;
+}
+
 json::object warm_claim_patch(const Identity& identity, const std::string& resource_version, const std::string& token,
-                              const std::string& now) {
+                              const std::string& now, std::optional<std::int64_t> active_deadline) {
     json::object labels = identity.labels;
     labels[keys::pool_status] = "active";
     json::object annotations = identity.annotations;
@@ -299,7 +380,16 @@ json::object warm_claim_patch(const Identity& identity, const std::string& resou
     metadata["annotations"] = std::move(annotations);
     json::object body;
     body["metadata"] = std::move(metadata);
+    if (active_deadline) body["spec"] = json::object{{"activeDeadlineSeconds", *active_deadline}};
     return body;
+}
+
+std::optional<std::int64_t> claimed_deadline(const Identity& identity, std::optional<std::int64_t> configured,
+                                             std::int64_t running_for) {
+    auto ttl = ttl_of(identity.annotations);
+    if (!ttl) return std::nullopt;  // the configured deadline is already in the pod's spec
+    std::int64_t deadline = std::max<std::int64_t>(running_for, 0) + *ttl;
+    return configured ? std::min(*configured, deadline) : deadline;
 }
 
 json::object annotations_patch(json::object annotations) {

@@ -47,7 +47,17 @@ boost::json::object build_limit_range(const RawProviderOptions& options, const s
 // The merge patch that claims a warm pod: a resourceVersion precondition, the claimer's
 // identity, pool-status active and a claim token unique to the call.
 boost::json::object warm_claim_patch(const Identity& identity, const std::string& resource_version,
-                                     const std::string& token, const std::string& now);
+                                     const std::string& token, const std::string& now,
+                                     std::optional<std::int64_t> active_deadline);
+// The activeDeadlineSeconds a claimed warm pod gets: its absolute TTL counted from the claim
+// (the pod has run `running_for` seconds), never above the configured deadline; nullopt: no TTL.
+std::optional<std::int64_t> claimed_deadline(const Identity& identity, std::optional<std::int64_t> configured,
+                                             std::int64_t running_for);
+
+// Why a sandbox pod spec (after pod_template_overrides) is weaker than the hardening: host
+// namespaces, a mounted service-account token, hostPath volumes, a container that may be
+// privileged, escalate, run as root or keep capabilities; nullopt when it is not.
+std::optional<std::string> hardening_problem(const boost::json::object& spec);
 boost::json::object annotations_patch(boost::json::object annotations);
 
 // What makes warm pods interchangeable: the whole pod spec, the namespace mode, network

@@ -98,9 +98,13 @@ asio::awaitable<Result<PodAcquisition>> acquire_pod(raw::StatePtr st, GetOrCreat
             } else {
                 if (ev.state == raw::PodState::failed) co_return fail(ev.error);
                 const std::string uid = string_at(metadata_of(*got), "uid");  // before *got moves
+                const std::string sandbox_label = label_of(*got, keys::sandbox_id);
                 auto w = co_await raw::wait_ready(st, ns, name, std::move(*got),
                                                   steady_clock::now() + cfg.startup_timeout, true);
                 if (!w) co_return fail(w.error());
+                // Reconnecting never hands out a pod whose policy was deleted behind our back.
+                auto np = co_await raw::ensure_network_policy(st, ns, name, sandbox_label, uid);
+                if (!np) co_return fail(np.error());
                 {
                     std::lock_guard lock(st->mutex);
                     st->last_patch[id] = steady_clock::now();

@@ -122,8 +122,14 @@ asio::awaitable<Result<std::optional<std::pair<std::string, std::string>>>> clai
         if (!idt) co_return fail(idt.error());
         const std::string token = util::random_hex(16);
         const ResourcePath path = pods_path(ns).with_name(name);
-        auto r = co_await st->client.patch(path, warm_claim_patch(*idt, string_at(m, "resourceVersion"), token, now),
-                                           PatchType::merge);
+        std::int64_t running_for = 0;
+        const json::object* status = util::object_at(pod, "status");
+        if (auto started = util::parse_rfc3339(status ? string_at(*status, "startTime") : std::string()))
+            running_for =
+                std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now() - *started).count();
+        auto deadline = claimed_deadline(*idt, st->options.active_deadline_seconds, running_for);
+        auto r = co_await st->client.patch(
+            path, warm_claim_patch(*idt, string_at(m, "resourceVersion"), token, now, deadline), PatchType::merge);
         if (r) {
             // The precondition guarantees we were the only claimer of that version.
             if (claimed_by(*r, token)) co_return Claimed(std::make_pair(ns, name));
