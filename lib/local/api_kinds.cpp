@@ -5,6 +5,7 @@
 
 #include "local/api_server_impl.hpp"
 #include "local/kubelet.hpp"
+#include "local/pod_security.hpp"
 #include "proto/validation.hpp"
 #include "util/json_access.hpp"
 #include "util/time_format.hpp"
@@ -115,6 +116,22 @@ std::vector<StatusCause> validate_pod(const json::object& o) {
     validate_containers(*spec, "containers", true, volumes, names, causes);
     validate_containers(*spec, "initContainers", false, volumes, names, causes);
     return causes;
+}
+
+// Pod Security admission, enforced from the namespace's pod-security.kubernetes.io labels.
+std::optional<Response> admit_pod(ApiServer::Impl& impl, const Route& r, const json::object& o) {
+    auto ns = impl.store.get("namespaces", {"", r.ns});
+    const json::object* labels = ns ? object_at(metadata_of(*ns), "labels") : nullptr;
+    auto level = labels ? enforced_level(*labels) : std::nullopt;
+    if (!level) return std::nullopt;
+    auto violations = pod_security_violations(o, *level);
+    if (violations.empty()) return std::nullopt;
+    std::string name = string_at(metadata_of(o), "name");
+    return status_response(
+        403, "Forbidden",
+        pod_security_message(name, *level, string_at(*labels, "pod-security.kubernetes.io/enforce-version"),
+                             violations),
+        res_details(*r.type, name));
 }
 
 void default_pod(ApiServer::Impl&, json::object& o) {
@@ -256,6 +273,7 @@ KindRules pod_rules() {
     KindRules k;
     k.defaults = default_pod;
     k.validate = validate_pod;
+    k.admit = admit_pod;
     k.on_update = update_pod;
     k.stored = pod_stored;
     k.removed = pod_removed;

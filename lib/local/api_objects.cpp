@@ -228,6 +228,9 @@ Response ApiServer::Impl::create(const Request& req, const Route& r) {
     if (t.namespaced) {
         if (auto resp = check_namespace_for_create(t, r.ns, name)) return *resp;
     }
+    if (rules.admit) {
+        if (auto refused = rules.admit(*this, r, o)) return *refused;
+    }
     if (store.get(t.id(), {r.ns, name})) {
         return status_response(409, "AlreadyExists", qualified_plural(t) + " \"" + name + "\" already exists",
                                res_details(t, name));

@@ -160,6 +160,8 @@ struct KindRules {
     std::vector<StatusCause> (*validate)(const json::object& o) = nullptr;
     // On update: may reject the change or restore server-owned fields in `next`.
     std::optional<Response> (*on_update)(const Route& r, const json::object& current, json::object& next) = nullptr;
+    // Admission after validation, on create (e.g. Pod Security): a response refuses the object.
+    std::optional<Response> (*admit)(ApiServer::Impl&, const Route& r, const json::object& o) = nullptr;
     // The object was stored by a create or a spec update (not a status write).
     void (*stored)(ApiServer::Impl&, const json::object& o) = nullptr;
     // The object left the store.

@@ -770,6 +770,41 @@ TEST_F(RawProviderTest, PerSandboxCleanupNeverDeletesASharedNamespace) {
     });
 }
 
+// A namespace that enforces the restricted Pod Security level admits sandbox pods (init
+// containers included) and refuses a plain pod, as a real API server does.
+TEST_F(RawProviderTest, SandboxesAreAdmittedByARestrictedNamespace) {
+    RawProviderOptions cfg;
+    cfg.image = "busybox";
+    cfg.namespace_name = "strict";
+    cfg.init_containers.push_back(
+        json::object{{"name", "prepare"}, {"image", "busybox"}, {"command", json::array{"true"}}});
+    auto p = provider(cfg);
+    run([&]() -> asio::awaitable<void> {
+        json::object ns{
+            {"metadata", json::object{{"name", "strict"},
+                                      {"labels", json::object{{"pod-security.kubernetes.io/enforce", "restricted"}}}}}};
+        auto made = co_await client_->create(namespaces(), ns);
+        EXPECT_TRUE(made) << made.error().describe();
+        json::object plain{
+            {"metadata", json::object{{"name", "plain"}}},
+            {"spec", json::object{{"containers", json::array{json::object{{"name", "c"}, {"image", "busybox"}}}}}}};
+        auto refused = co_await client_->create(pods("strict"), plain);
+        EXPECT_TRUE(!refused && refused.error().is(errc::forbidden));
+        if (!refused) {
+            EXPECT_NE(refused.error().message.find("violates PodSecurity \"restricted:latest\""), std::string::npos)
+                << refused.error().message;
+        }
+        auto sb = co_await p->get_or_create_pod();
+        EXPECT_TRUE(sb) << sb.error().describe();
+        if (sb) {
+            auto r = co_await (*sb)->execute("id -u");
+            EXPECT_TRUE(r && r->output == "1000\n");
+            co_await p->delete_sandbox((*sb)->id());
+        }
+        co_await client_->remove(namespaces().with_name("strict"));
+    });
+}
+
 // Review 2: sb->id() ("<ns>/<pod>") is accepted wherever an id is, and caller ids never share
 // a pod name with each other or with random sandboxes.
 TEST_F(RawProviderTest, SandboxIdFormIsAcceptedEverywhere) {
