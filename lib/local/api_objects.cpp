@@ -376,6 +376,8 @@ Response ApiServer::Impl::patch(const Request& req, const Route& r) {
         auto res = proto::apply_json_patch(target, p);
         if (!res) {
             if (res.error().is(errc::bad_request)) return bad_request(res.error().message);
+            if (res.error().is(errc::request_entity_too_large))
+                return status_response(413, "RequestEntityTooLarge", res.error().message, proto::StatusDetails{});
             proto::StatusDetails d;
             d.causes = res.error().causes;
             return status_response(422, "Invalid", res.error().message, d);

@@ -1,5 +1,7 @@
 #include "local/spdy.hpp"
 
+#include <unordered_set>
+
 #include <zlib.h>
 
 #include <algorithm>
@@ -161,23 +163,26 @@ Result<HeaderBlock> decode_header_block(std::string_view block) {
     if (count > (block.size() - at) / 8) return malformed("header block pair count exceeds its length");
     HeaderBlock out;
     out.reserve(count);
-    auto read_string = [&](std::string& dst) -> bool {
+    // Names seen so far, as views into `block`: a hash lookup each, not a scan of the pairs.
+    std::unordered_set<std::string_view> seen;
+    seen.reserve(count);
+    auto read_string = [&](std::string_view& dst) -> bool {
         if (block.size() - at < 4) return false;
         std::uint32_t n = get32(block, at);
         at += 4;
         if (block.size() - at < n) return false;
-        dst.assign(block.substr(at, n));
+        dst = block.substr(at, n);
         at += n;
         return true;
     };
     for (std::uint32_t i = 0; i < count; ++i) {
-        std::string name, value;
+        std::string_view name, value;
         if (!read_string(name) || !read_string(value)) return malformed("truncated header block");
         if (name.empty()) return malformed("empty header name");
         if (std::any_of(name.begin(), name.end(), [](char c) { return c >= 'A' && c <= 'Z'; }))
-            return malformed("uppercase header name \"" + name + "\"");
-        if (find_header(out, name)) return malformed("duplicate header name \"" + name + "\"");
-        out.emplace_back(std::move(name), std::move(value));
+            return malformed("uppercase header name \"" + std::string(name) + "\"");
+        if (!seen.insert(name).second) return malformed("duplicate header name \"" + std::string(name) + "\"");
+        out.emplace_back(std::string(name), std::string(value));
     }
     if (at != block.size()) return malformed("trailing bytes after header block");
     return out;
@@ -394,18 +399,34 @@ Result<Frame> Decoder::decode_control(std::uint16_t type, std::uint8_t flags, st
 
 // ---- encoder ----
 
+Result<std::string> Encoder::header_frame_block(const HeaderBlock& headers, std::size_t fixed) {
+    for (const auto& [name, value] : headers)
+        if (name.size() > max_data_length || value.size() > max_data_length)
+            return fail(errc::invalid_argument, "SPDY: a header is too large to encode");
+    auto block = deflater_.deflate(encode_header_block(headers));
+    if (block && block->size() + fixed > max_data_length)
+        return fail(errc::invalid_argument, "SPDY: header block too large for one frame");
+    return block;
+}
+
 std::string Encoder::data(std::uint32_t stream_id, std::string_view payload, bool fin) {
+    // The length field has 24 bits: a larger payload becomes several frames, FIN on the last.
     std::string out;
-    out.reserve(8 + payload.size());
-    put32(out, stream_id & 0x7fffffff);
-    put32(out, (static_cast<std::uint32_t>(fin ? flag_fin : 0) << 24) |
-                   static_cast<std::uint32_t>(std::min<std::size_t>(payload.size(), max_data_length)));
-    out.append(payload.substr(0, max_data_length));
+    out.reserve(payload.size() + 8 * (1 + payload.size() / max_data_length));
+    do {
+        std::string_view part = payload.substr(0, max_data_length);
+        payload.remove_prefix(part.size());
+        const bool last = payload.empty();
+        put32(out, stream_id & 0x7fffffff);
+        put32(out,
+              (static_cast<std::uint32_t>(fin && last ? flag_fin : 0) << 24) | static_cast<std::uint32_t>(part.size()));
+        out.append(part);
+    } while (!payload.empty());
     return out;
 }
 
 Result<std::string> Encoder::syn_stream(const SynStream& f) {
-    auto block = deflater_.deflate(encode_header_block(f.headers));
+    auto block = header_frame_block(f.headers, 10);
     if (!block) return block;
     std::uint8_t flags = (f.fin ? flag_fin : 0) | (f.unidirectional ? flag_unidirectional : 0);
     std::string out = control_header(FrameType::syn_stream, flags, 10 + block->size());
@@ -418,7 +439,7 @@ Result<std::string> Encoder::syn_stream(const SynStream& f) {
 }
 
 Result<std::string> Encoder::syn_reply(std::uint32_t stream_id, const HeaderBlock& headers, bool fin) {
-    auto block = deflater_.deflate(encode_header_block(headers));
+    auto block = header_frame_block(headers, 4);
     if (!block) return block;
     std::string out = control_header(FrameType::syn_reply, fin ? flag_fin : 0, 4 + block->size());
     put32(out, stream_id & 0x7fffffff);
@@ -427,7 +448,7 @@ Result<std::string> Encoder::syn_reply(std::uint32_t stream_id, const HeaderBloc
 }
 
 Result<std::string> Encoder::headers(std::uint32_t stream_id, const HeaderBlock& headers, bool fin) {
-    auto block = deflater_.deflate(encode_header_block(headers));
+    auto block = header_frame_block(headers, 4);
     if (!block) return block;
     std::string out = control_header(FrameType::headers, fin ? flag_fin : 0, 4 + block->size());
     put32(out, stream_id & 0x7fffffff);

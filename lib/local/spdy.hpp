@@ -179,7 +179,8 @@ private:
 // be written to the wire in the order they were encoded.
 class Encoder {
 public:
-    std::string data(std::uint32_t stream_id, std::string_view payload, bool fin);  // payload <= max_data_length
+    // One DATA frame per max_data_length bytes (FIN on the last); an empty payload is one frame.
+    std::string data(std::uint32_t stream_id, std::string_view payload, bool fin);
     Result<std::string> syn_stream(const SynStream& frame);
     Result<std::string> syn_reply(std::uint32_t stream_id, const HeaderBlock& headers, bool fin = false);
     Result<std::string> headers(std::uint32_t stream_id, const HeaderBlock& headers, bool fin = false);
@@ -190,6 +191,10 @@ public:
     std::string window_update(std::uint32_t stream_id, std::uint32_t delta);
 
 private:
+    // The deflated block of a header-carrying frame with `fixed` bytes before it, or an error when
+    // the frame's 24-bit length could not hold it.
+    Result<std::string> header_frame_block(const HeaderBlock& headers, std::size_t fixed);
+
     HeaderDeflater deflater_;
 };
 

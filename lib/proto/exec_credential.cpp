@@ -90,6 +90,12 @@ std::optional<std::chrono::system_clock::time_point> parse_rfc3339(std::string_v
     const long long secs = days_from_civil(year, static_cast<unsigned>(month), static_cast<unsigned>(day)) * 86400 +
                            hour * 3600 + minute * 60 + second - offset_minutes * 60;
     using namespace std::chrono;
+    // system_clock counts nanoseconds (years ~1678-2262): a time outside, Go's zero time
+    // 0001-01-01 included, is clamped to the ends rather than overflowing.
+    constexpr long long max_secs = duration_cast<seconds>(system_clock::duration::max()).count() - 1;
+    constexpr long long min_secs = duration_cast<seconds>(system_clock::duration::min()).count() + 1;
+    if (secs >= max_secs) return system_clock::time_point::max();
+    if (secs <= min_secs) return system_clock::time_point::min();
     return system_clock::time_point(duration_cast<system_clock::duration>(seconds(secs) + nanoseconds(nanos)));
 }
 

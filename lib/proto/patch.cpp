@@ -196,10 +196,46 @@ Result<std::string_view> string_member(const json::object& op, std::string_view 
     return std::string_view(it->value().get_string());
 }
 
+// Serialized size of `v`, counted only up to `cap` (enough to refuse, without walking a huge value).
+std::size_t size_up_to(const json::value& v, std::size_t cap) {
+    std::size_t n = 0;
+    std::vector<const json::value*> todo{&v};
+    while (!todo.empty() && n <= cap) {
+        const json::value* cur = todo.back();
+        todo.pop_back();
+        switch (cur->kind()) {
+            case json::kind::object:
+                n += 2;
+                for (const auto& [k, child] : cur->get_object()) {
+                    n += k.size() + 4;
+                    todo.push_back(&child);
+                }
+                break;
+            case json::kind::array:
+                n += 2;
+                for (const auto& child : cur->get_array()) {
+                    n += 1;
+                    todo.push_back(&child);
+                }
+                break;
+            case json::kind::string:
+                n += cur->get_string().size() + 2;
+                break;
+            default:
+                n += 8;
+        }
+    }
+    return n;
+}
+
 }  // namespace
 
 Result<json::value> apply_json_patch(const json::value& target, const json::value& patch) {
     if (!patch.is_array()) return fail(errc::bad_request, "json patch must be an array of operations");
+    if (patch.get_array().size() > max_json_patch_operations)
+        return fail(errc::request_entity_too_large, "The allowed maximum operations in a JSON patch is " +
+                                                        std::to_string(max_json_patch_operations) + ", got " +
+                                                        std::to_string(patch.get_array().size()));
     // Validate the whole document first so a malformed patch never half-applies.
     for (std::size_t i = 0; i < patch.get_array().size(); ++i) {
         const auto& opv = patch.get_array()[i];
@@ -225,6 +261,7 @@ Result<json::value> apply_json_patch(const json::value& target, const json::valu
     }
 
     json::value doc = target;
+    std::size_t copied = 0;  // each copy may double the document: the growth is bounded
     for (const auto& opv : patch.get_array()) {
         const auto& op = opv.get_object();
         std::string_view name = op.at("op").get_string();
@@ -258,6 +295,11 @@ Result<json::value> apply_json_patch(const json::value& target, const json::valu
             } else {
                 auto value = resolve(doc, from_tokens, from_tokens.size(), from);
                 if (!value) return fail(std::move(value.error()));
+                copied += size_up_to(**value, max_json_patch_copy_bytes);
+                if (copied > max_json_patch_copy_bytes)
+                    return fail(errc::request_entity_too_large,
+                                "Unable to copy, the accumulated size increase of copy is more than the limit of " +
+                                    std::to_string(max_json_patch_copy_bytes) + " bytes");
                 json::value copy = **value;
                 if (auto r = op_add(doc, tokens, std::move(copy), path); !r) return fail(std::move(r.error()));
             }

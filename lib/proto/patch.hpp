@@ -2,6 +2,8 @@
 // for built-in kinds. Used by the local cluster to apply patches and by clients for previews.
 #pragma once
 
+#include <cstddef>
+
 #include <kubesandbox/error.hpp>
 
 #include <boost/json/value.hpp>
@@ -15,6 +17,10 @@ boost::json::value apply_merge_patch(const boost::json::value& target, const boo
 // exist, a failed "test" and the like -> errc::invalid (message "the server rejected our
 // request due to an error in our request", the detail in a cause of reason
 // "UnexpectedServerResponse"), as the API server answers 422.
+// Limits a patch cannot pass (request_entity_too_large): the operation count, and the bytes
+// that copy operations add in total (each copy can double the document).
+inline constexpr std::size_t max_json_patch_operations = 10000;
+inline constexpr std::size_t max_json_patch_copy_bytes = 3 * 1024 * 1024;
 Result<boost::json::value> apply_json_patch(const boost::json::value& target, const boost::json::value& patch);
 
 // Strategic merge patch for built-in kinds: merge patch plus keyed merging of known lists

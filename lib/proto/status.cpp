@@ -98,7 +98,7 @@ Error error_from_response(unsigned http_status, std::string_view content_type, s
                 }
                 if (auto* ra = det.if_contains("retryAfterSeconds");
                     ra && ra->is_int64() && !e.retry_after && ra->get_int64() >= 0)
-                    e.retry_after = std::chrono::seconds(ra->get_int64());
+                    e.retry_after = std::chrono::seconds(std::min<std::int64_t>(ra->get_int64(), 24 * 3600));
             }
             decoded = true;
         }

@@ -82,6 +82,10 @@ TEST(Rfc3339, ParsesUtcOffsetsAndFractions) {
     EXPECT_EQ(epoch->time_since_epoch().count(), 0);
     auto leap = ks::proto::parse_rfc3339("2024-02-29T00:00:00z");
     ASSERT_TRUE(leap);
+    // Outside what system_clock holds: clamped (long expired / never expires), no overflow.
+    EXPECT_EQ(ks::proto::parse_rfc3339("0001-01-01T00:00:00Z"), std::chrono::system_clock::time_point::min());
+    EXPECT_EQ(ks::proto::parse_rfc3339("9999-12-31T23:59:59Z"), std::chrono::system_clock::time_point::max());
+    EXPECT_EQ(ks::proto::parse_rfc3339("1677-09-21T00:12:43Z"), std::chrono::system_clock::time_point::min());
     for (const char* bad : {"", "2026-01-02", "2026-01-02T15:04:05", "2026-13-02T15:04:05Z", "2025-02-29T00:00:00Z",
                             "2026-01-02T25:04:05Z", "2026-01-02T15:04:05.Z", "2026-01-02T15:04:05Zjunk",
                             "2026-01-02T15:04:05+0200", "garbage-garbage-garbage", "2026/01/02T15:04:05Z"}) {

@@ -218,3 +218,29 @@ TEST(StrategicMergePatch, Errors) {
         EXPECT_TRUE(out.error().is(errc::bad_request)) << patch;
     }
 }
+
+namespace {
+
+// Each copy can double the document: the growth copies add is bounded, and so is the number of
+// operations, both as request_entity_too_large (413 from the API server).
+TEST(JsonPatch, CopiesCannotDoubleTheDocumentWithoutBound) {
+    json::array ops;
+    ops.push_back(json::object{{"op", "add"}, {"path", "/a"}, {"value", json::array{std::string(1000, 'x')}}});
+    // Appending /a to itself doubles it: 40 times would be a terabyte.
+    for (int i = 0; i < 40; ++i) ops.push_back(json::object{{"op", "copy"}, {"from", "/a"}, {"path", "/a/-"}});
+    auto r = proto::apply_json_patch(j(R"({})"), ops);
+    ASSERT_FALSE(r);
+    EXPECT_TRUE(r.error().is(errc::request_entity_too_large)) << r.error().message;
+    json::array few{json::object{{"op", "copy"}, {"from", "/a"}, {"path", "/b"}}};
+    auto fine = proto::apply_json_patch(j(R"({"a":[1,2]})"), few);
+    ASSERT_TRUE(fine);
+    EXPECT_EQ(*fine, j(R"({"a":[1,2],"b":[1,2]})"));
+    json::array too_many;
+    for (std::size_t i = 0; i <= proto::max_json_patch_operations; ++i)
+        too_many.push_back(json::object{{"op", "test"}, {"path", ""}, {"value", json::object{}}});
+    auto counted = proto::apply_json_patch(j(R"({})"), too_many);
+    ASSERT_FALSE(counted);
+    EXPECT_TRUE(counted.error().is(errc::request_entity_too_large));
+}
+
+}  // namespace

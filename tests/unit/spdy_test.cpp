@@ -219,3 +219,61 @@ TEST(Spdy, InvalidHeaderBlocksAreRejected) {
     ASSERT_FALSE(bad);
     EXPECT_TRUE(bad.error().is(errc::invalid_response));
 }
+
+namespace {
+
+// DATA lengths have 24 bits: a larger payload is split, not cut (and FIN is on the last part).
+TEST(Spdy, LargeDataIsSplitIntoFramesLosingNothing) {
+    std::string payload(spdy::max_data_length * 2 + 10, 'x');
+    payload[spdy::max_data_length] = 'y';
+    spdy::Encoder enc;
+    std::string wire = enc.data(3, payload, true);
+    spdy::Decoder dec(spdy::max_data_length);
+    dec.feed(wire);
+    std::string got;
+    int frames = 0;
+    bool fin_seen = false;
+    for (;;) {
+        auto f = dec.next();
+        ASSERT_TRUE(f) << f.error().message;
+        if (!*f) break;
+        auto* d = std::get_if<spdy::DataFrame>(&**f);
+        ASSERT_NE(d, nullptr);
+        EXPECT_FALSE(fin_seen) << "FIN before the last frame";
+        fin_seen = d->fin;
+        got += d->data;
+        ++frames;
+    }
+    EXPECT_EQ(frames, 3);
+    EXPECT_TRUE(fin_seen);
+    EXPECT_TRUE(got == payload);
+    EXPECT_EQ(enc.data(3, "", true).size(), 8u);
+}
+
+// A header too large for a control frame's 24-bit length is an error, not a corrupt frame.
+TEST(Spdy, OversizedHeaderBlocksAreRefusedByTheEncoder) {
+    spdy::Encoder enc;
+    std::string random(spdy::max_data_length + 1, '\0');
+    std::uint32_t x = 1;
+    for (auto& c : random) c = static_cast<char>((x = x * 1103515245 + 12345) >> 16);  // incompressible
+    auto r = enc.syn_reply(1, spdy::HeaderBlock{{"big", random}});
+    ASSERT_FALSE(r);
+    EXPECT_TRUE(r.error().is(errc::invalid_argument));
+}
+
+// 200,000 distinct names decode (a pairwise duplicate check would take hours), and a duplicate
+// at the very end is still found.
+TEST(Spdy, ManyHeadersDecodeAndTheLastDuplicateIsFound) {
+    spdy::HeaderBlock many;
+    for (int i = 0; i < 200000; ++i) many.emplace_back("h" + std::to_string(i), "v");
+    auto block = spdy::encode_header_block(many);
+    auto ok = spdy::decode_header_block(block);
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->size(), many.size());
+    many.emplace_back("h7", "again");
+    auto dup = spdy::decode_header_block(spdy::encode_header_block(many));
+    ASSERT_FALSE(dup);
+    EXPECT_NE(dup.error().message.find("duplicate header name \"h7\""), std::string::npos);
+}
+
+}  // namespace

@@ -28,6 +28,7 @@ TEST(TimeFormat, RoundTripsAndRejectsGarbage) {
     EXPECT_FALSE(util::parse_rfc3339("2026-11-24T14:28:48Zjunk"));
     EXPECT_FALSE(util::parse_rfc3339("2026-11-24T14:28:48+0"));
     EXPECT_FALSE(util::parse_rfc3339("9999-01-01T00:00:00Z"));  // past what system_clock holds
+    EXPECT_FALSE(util::parse_rfc3339("0001-01-01T00:00:00Z"));  // Go's zero time: no overflow either
     EXPECT_EQ(util::parse_decimal("600"), 600);
     EXPECT_FALSE(util::parse_decimal("-1"));
     EXPECT_FALSE(util::parse_decimal("1e9"));
