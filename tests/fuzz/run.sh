@@ -13,7 +13,7 @@ cxx=clang++-14
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -I"$root/include" -I"$root/lib"
        -DBOOST_ASIO_NO_DEPRECATED -DBOOST_BEAST_USE_STD_STRING_VIEW)
 objs=()
-for src in "$root"/lib/error.cpp "$root"/lib/proto/*.cpp; do
+for src in "$root"/lib/error.cpp "$root"/lib/proto/*.cpp "$root"/lib/local/spdy.cpp; do
   obj="$out/obj/$(basename "$src" .cpp).o"
   if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then
     "$cxx" "${flags[@]}" -c "$src" -o "$obj" &
