@@ -152,6 +152,10 @@ void Core::publish(const std::shared_ptr<PodRecord>& p) {
 
 std::variant<Fd, std::string> Core::start(PodRecord& p) {
     ContainerPlan plan = *p.plan;  // subPaths resolved below, on every start
+    plan.limits.pids = options.pod_pids_limit;
+    if (cgroups) {
+        if (auto problem = cgroups->create(p.uid, plan.limits); !problem.empty()) return problem;
+    }
     make_dir(p.dir / "workspace");
     make_dir(p.dir / "tmp");
     make_dir(p.dir / "volumes");
@@ -188,6 +192,7 @@ std::variant<Fd, std::string> Core::start(PodRecord& p) {
         Fd info_wr(fds[1]);
         s.argv = bwrap_argv(plan, layout, p.name, 3, entries);
         use_bwrap_program(s.argv);
+        if (cgroups) s.argv = join_cgroup_argv(cgroups->procs_files(p.uid), std::move(s.argv));
         s.dups.push_back({info_wr.fd, 3});
         // posix_spawnp searches the caller's PATH for setpriv/bwrap; the child gets plan.env.
         p.pid = s.run();
@@ -289,6 +294,14 @@ void Core::log_container_exit(const PodRecord& p, int code, std::chrono::steady_
 
 asio::awaitable<void> Core::run_pod(std::shared_ptr<PodRecord> p) {
     auto gone = [&] { return shut_down || p->removed; };
+    // However the pod ends (terminal, deleted, shut down), what is left in its cgroup goes too.
+    struct ReleaseCgroup {
+        Core& core;
+        std::string uid;
+        ~ReleaseCgroup() {
+            if (core.cgroups) core.cgroups->remove(uid);
+        }
+    } release{*this, p->uid};
     const auto& spec = obj(p->pod, "spec");
     std::string policy = str(spec, "restartPolicy");
     if (policy.empty()) policy = "Always";
@@ -355,8 +368,11 @@ asio::awaitable<void> Core::run_pod(std::shared_ptr<PodRecord> p) {
         }
         p->ready = false;
         p->started = false;
+        // The kernel's OOM killer ends a container with SIGKILL: 137, as a kubelet reports it.
+        const bool oom = fail_message.empty() && code == 128 + SIGKILL && cgroups && cgroups->oom_killed(p->uid);
         json::object term{{"exitCode", code},
                           {"reason", !fail_message.empty() ? "ContainerCannotRun"
+                                     : oom                 ? "OOMKilled"
                                      : code == 0           ? "Completed"
                                                            : "Error"},
                           {"startedAt", started_at},
@@ -487,6 +503,10 @@ Kubelet::Kubelet(asio::any_io_executor executor, KubeletOptions options, PodStat
     if (!core->build_busybox_root(why)) core->log("busybox images unavailable: " + why);
     core->probe_isolation();
     if (core->isolation) core->start_sweeper();
+    if (core->isolation) {
+        core->cgroups = Cgroups::open("kubesandbox-" + util::random_hex(4), core->limits_problem);
+        if (!core->cgroups) core->log("resources.limits are not enforced: " + core->limits_problem);
+    }
     if (!core->isolation) {
         core->log("isolation unavailable: " + core->problem +
                   (core->options.allow_no_isolation ? " -- pods will run UNISOLATED (allow_no_isolation)" : ""));
@@ -498,6 +518,8 @@ Kubelet::~Kubelet() { shutdown(); }
 
 bool Kubelet::isolation_available() const { return impl_->core->isolation; }
 const std::string& Kubelet::isolation_problem() const { return impl_->core->problem; }
+std::string Kubelet::limits_mode() const { return impl_->core->cgroups ? impl_->core->cgroups->mode() : ""; }
+const std::string& Kubelet::limits_problem() const { return impl_->core->limits_problem; }
 
 void Kubelet::pod_changed(const json::object& pod) {
     auto& c = *impl_->core;
@@ -613,6 +635,7 @@ void Kubelet::shutdown() {
         p->pid = -1;
         p->inner_pid = 0;
     }
+    c.cgroups.reset();  // kills anything left in a pod's cgroup, removes them
     // The sweeper's last pass catches a bubblewrap that was still starting; then reap it.
     c.sweeper.reset();
     if (c.sweeper_pid > 0) {

@@ -32,6 +32,7 @@ struct KubeletOptions {
     std::map<std::string, std::string> images;  // see LocalClusterOptions::images
     bool allow_no_isolation = false;
     std::string bwrap_program = "bwrap";  // see LocalClusterOptions::bwrap_program
+    std::int64_t pod_pids_limit = 4096;   // processes per pod (a node's podPidsLimit), with cgroups
     Logger logger{};
 };
 
@@ -57,6 +58,10 @@ public:
     // (status Failed with a clear message) unless allow_no_isolation was set.
     bool isolation_available() const;
     const std::string& isolation_problem() const;
+    // How resources.limits are enforced ("cgroup v1" or "cgroup v2"); "" when they are not, and
+    // limits_problem() says why.
+    std::string limits_mode() const;
+    const std::string& limits_problem() const;
 
     // The API server calls these after each committed change to a pod.
     void pod_changed(const boost::json::object& pod);  // created or updated (incl. deletionTimestamp)

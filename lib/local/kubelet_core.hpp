@@ -6,6 +6,7 @@
 //   process.cpp       spawning, reaping and finding child processes
 #pragma once
 
+#include "local/cgroups.hpp"
 #include "local/kubelet.hpp"
 #include "local/kubelet_plan.hpp"
 #include "local/process.hpp"
@@ -102,6 +103,8 @@ struct Core {
     PodStatusWriter writer;
     std::string problem;
     bool isolation = false;
+    std::unique_ptr<Cgroups> cgroups;  // null: resources.limits are not enforced (limits_problem says why)
+    std::string limits_problem;
     Fd sweeper;  // write end of the sweeper's stdin: closing it (or dying) makes it sweep
     pid_t sweeper_pid = -1;
     bool shut_down = false;
@@ -133,9 +136,10 @@ struct Core {
     void use_bwrap_program(std::vector<std::string>& argv) const;
 
     // bubblewrap clears the parent-death signal while it sets up a sandbox and sets it again
-    // later, so a kubelet killed in between would leave that pod running. A small process waits
-    // for the kubelet to go away (EOF on a pipe only the kubelet holds) and then SIGKILLs every
-    // bubblewrap left whose arguments name this kubelet's pods folder, with its children.
+    // later (setpriv likewise between its uid change and setting it), so a kubelet killed in
+    // between would leave that pod running. A small process waits for the kubelet to go away
+    // (EOF on a pipe only the kubelet holds) and then SIGKILLs every bubblewrap or setpriv left
+    // whose arguments name this kubelet's data folder, with its children.
     void start_sweeper();
 
     // Runs a throw-away sandbox the way pods run: namespaces + a bind from data_dir.

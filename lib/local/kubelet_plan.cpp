@@ -3,11 +3,13 @@
 #include "proto/validation.hpp"
 
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <boost/json/string.hpp>
 #include <boost/json/value.hpp>
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <ctime>
 #include <set>
 
@@ -122,6 +124,51 @@ std::vector<std::string> default_image_command(std::string_view image, const Ima
     return {"sh"};
 }
 
+std::optional<std::int64_t> parse_quantity(std::string_view q, bool milli) {
+    // number: digits with an optional fraction and exponent; then a binary or decimal suffix.
+    std::size_t i = 0;
+    if (i < q.size() && q[i] == '+') ++i;
+    std::size_t digits_start = i;
+    while (i < q.size() && (std::isdigit(static_cast<unsigned char>(q[i])) || q[i] == '.')) ++i;
+    std::string number(q.substr(digits_start, i - digits_start));
+    if (number.empty() || number == "." || std::count(number.begin(), number.end(), '.') > 1) return std::nullopt;
+    std::string_view suffix = q.substr(i);
+    long double scale = 1;
+    static const std::pair<std::string_view, long double> suffixes[] = {{"Ki", 1024.0L},
+                                                                        {"Mi", 1048576.0L},
+                                                                        {"Gi", 1073741824.0L},
+                                                                        {"Ti", 1099511627776.0L},
+                                                                        {"Pi", 1125899906842624.0L},
+                                                                        {"Ei", 1152921504606846976.0L},
+                                                                        {"n", 1e-9L},
+                                                                        {"u", 1e-6L},
+                                                                        {"m", 1e-3L},
+                                                                        {"k", 1e3L},
+                                                                        {"M", 1e6L},
+                                                                        {"G", 1e9L},
+                                                                        {"T", 1e12L},
+                                                                        {"P", 1e15L},
+                                                                        {"E", 1e18L},
+                                                                        {"", 1.0L}};
+    bool known = false;
+    for (const auto& [name, value] : suffixes)
+        if (suffix == name) {
+            scale = value;
+            known = true;
+            break;
+        }
+    if (!known) {
+        if (suffix.size() < 2 || (suffix[0] != 'e' && suffix[0] != 'E')) return std::nullopt;
+        std::string exp(suffix.substr(1));
+        if (exp.empty() || exp.size() > 3 || exp.find_first_not_of("+-0123456789") != std::string::npos)
+            return std::nullopt;
+        scale = std::pow(10.0L, std::stoi(exp));
+    }
+    long double value = std::stold(number) * scale * (milli ? 1000.0L : 1.0L);
+    if (!(value >= 0) || value > 9.2e18L) return std::nullopt;
+    return static_cast<std::int64_t>(std::ceil(value));  // Kubernetes rounds a fraction up
+}
+
 PlanResult plan_container(const json::object& pod, const json::object& container,
                           const std::map<std::string, std::string>& images, const std::filesystem::path& pod_dir) {
     PlanResult result;
@@ -182,6 +229,31 @@ PlanResult plan_container(const json::object& pod, const json::object& container
             if (auto* drop = get_array(*caps, "drop")) {
                 for (const auto& d : *drop) {
                     if (d.is_string() && d.get_string() == "ALL") plan.drop_all_caps = true;
+                }
+            }
+        }
+    }
+
+    if (auto* resources = get_object(container, "resources")) {
+        if (auto* limits = get_object(*resources, "limits")) {
+            struct Field {
+                const char* name;
+                bool milli;
+                std::optional<std::int64_t>* into;
+            };
+            for (Field f :
+                 {Field{"memory", false, &plan.limits.memory_bytes}, Field{"cpu", true, &plan.limits.cpu_millis},
+                  Field{"ephemeral-storage", false, &plan.limits.ephemeral_storage_bytes}}) {
+                auto* v = limits->if_contains(f.name);
+                if (!v) continue;
+                std::string text = v->is_string()   ? std::string(v->get_string())
+                                   : v->is_number() ? json::serialize(*v)
+                                                    : std::string();
+                *f.into = parse_quantity(text, f.milli);
+                if (!*f.into) {
+                    result.error = PlanError{"CreateContainerConfigError",
+                                             std::string("invalid resources.limits.") + f.name + " " + text};
+                    return result;
                 }
             }
         }

@@ -40,6 +40,18 @@ struct MountPlan {
     std::string sub_path;  // below host_path; resolved at start without following symlinks
 };
 
+// resources.limits as the local kubelet enforces them (plus a pids limit of its own).
+struct ResourceLimits {
+    std::optional<std::int64_t> memory_bytes;
+    std::optional<std::int64_t> cpu_millis;
+    std::optional<std::int64_t> ephemeral_storage_bytes;
+    std::int64_t pids = 4096;  // no Kubernetes field: a node's pod pids limit
+};
+
+// A Kubernetes quantity ("64Mi", "1G", "500m", "1.5", "2e3") in base units, or in thousandths
+// of them when `milli` (CPU); nullopt when malformed, negative or too large.
+std::optional<std::int64_t> parse_quantity(std::string_view quantity, bool milli);
+
 // Everything needed to start (and exec into) one container.
 struct ContainerPlan {
     std::string name;
@@ -53,6 +65,7 @@ struct ContainerPlan {
     std::vector<MountPlan> mounts;  // emptyDir volumes, workspace, /tmp
     bool read_only_root = false;
     bool drop_all_caps = false;
+    ResourceLimits limits;
     std::vector<std::string> warnings;  // unsupported fields that were ignored
 };
 

@@ -157,7 +157,7 @@ void Core::use_bwrap_program(std::vector<std::string>& argv) const {
 void Core::start_sweeper() {
     static constexpr const char* kScript =
         "cat >/dev/null\n"
-        "for p in $(pgrep -x -- \"$KSB_PROGRAM\"); do\n"
+        "for p in $(pgrep -x -- \"$KSB_PROGRAM\") $(pgrep -x setpriv); do\n"
         "  if grep -qaF -e \"$KSB_PODS\" \"/proc/$p/cmdline\" 2>/dev/null; then\n"
         "    kill -KILL \"$p\" $(cat /proc/\"$p\"/task/*/children 2>/dev/null) 2>/dev/null\n"
         "  fi\n"

@@ -1230,10 +1230,11 @@ TEST_F(RawProviderTest, PolicyStaysUntilThePodIsGoneAndReconnectRestoresIt) {
         EXPECT_TRUE(during) << "the policy went while its pod was still terminating";
         bool pod_gone = false, policy_gone = false;
         for (int i = 0; i < 150 && !policy_gone; ++i) {
-            auto pod = co_await client_->get(pp);
-            pod_gone = pod_gone || (!pod && pod.error().is(errc::not_found));
+            // Policy first: when it is gone, the pod must already be gone too.
             auto pol = co_await client_->get(npp);
             policy_gone = !pol && pol.error().is(errc::not_found);
+            auto pod = co_await client_->get(pp);
+            pod_gone = !pod && pod.error().is(errc::not_found);
             EXPECT_TRUE(pod_gone || !policy_gone) << "policy gone before the pod";
             if (!policy_gone) co_await sleep_for(100ms);
         }

@@ -18,6 +18,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <sstream>
+#include <thread>
+
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -81,6 +85,7 @@ protected:
         fs::create_directories(dir_);
         KubeletOptions options;
         options.data_dir = dir_;
+        options.pod_pids_limit = 128;  // small enough for a fork loop to hit quickly
         kubelet_ =
             std::make_unique<Kubelet>(io_.get_executor(), options,
                                       [this](const std::string&, const std::string&, const std::string& uid,
@@ -400,6 +405,56 @@ TEST_F(KubeletTest, SubPathRefusesSymlinksThePodPlanted) {
     std::string message(cannot_run()->at("message").as_string());
     EXPECT_NE(message.find("x is a symbolic link"), std::string::npos) << message;
     EXPECT_NE(phase(pod), "Succeeded");
+}
+
+// resources.limits are enforced where cgroups can be written (CI runs as root: they must be).
+bool limits_enforced(Kubelet& k) {
+    if (!k.limits_mode().empty()) return true;
+    if (std::getenv("KUBESANDBOX_REQUIRE_ISOLATION"))
+        ADD_FAILURE() << "resources.limits are not enforced: " << k.limits_problem();
+    return false;
+}
+
+// A container that allocates past resources.limits.memory is killed by the kernel and reported
+// as a kubelet does: OOMKilled, exit code 137.
+TEST_F(KubeletTest, MemoryLimitEndsInOomKilled) {
+    if (!limits_enforced(*kubelet_)) GTEST_SKIP() << kubelet_->limits_problem();
+    auto raw =
+        make_pod("oom", "busybox", json::array{"sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1"}, "Never");
+    raw["spec"].as_object()["containers"].as_array()[0].as_object()["resources"] =
+        json::object{{"limits", json::object{{"memory", "16Mi"}}}};
+    auto pod = start(raw);
+    ASSERT_TRUE(run_until([&] { return phase(pod) == "Failed"; }, 20s)) << log_of(pod);
+    auto& term = container_state(pod).at("terminated").as_object();
+    EXPECT_EQ(term.at("exitCode").as_int64(), 137);
+    EXPECT_EQ(term.at("reason").as_string(), "OOMKilled");
+    // The same allocation fits without the limit.
+    auto ok = start(
+        make_pod("no-oom", "busybox", json::array{"sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1"}, "Never"));
+    ASSERT_TRUE(run_until([&] { return phase(ok) == "Succeeded"; }, 20s)) << log_of(ok);
+}
+
+// A fork loop stops at the pod's pids limit (busybox sh gives up at the first failed fork);
+// a neighbour pod keeps answering meanwhile.
+TEST_F(KubeletTest, AForkLoopIsBoundedByThePidsLimit) {
+    if (!limits_enforced(*kubelet_)) GTEST_SKIP() << kubelet_->limits_problem();
+    auto neighbour = running_pod("neighbour");
+    auto loop = start(make_pod(
+        "forks", "busybox",
+        json::array{"sh", "-c", "i=0; while [ $i -lt 1000 ]; do sleep 1000 & i=$((i+1)); echo $i; done"}, "Never"));
+    ASSERT_TRUE(run_until([&] { return phase(loop) == "Failed" || phase(loop) == "Succeeded"; }, 30s));
+    EXPECT_EQ(phase(loop), "Failed") << "1000 forks fitted in a limit of 128";
+    std::string log = log_of(loop);
+    EXPECT_NE(log.find("can't fork"), std::string::npos) << log.substr(0, 300);
+    // The last number printed is how many sleeps were started.
+    int started = 0;
+    std::istringstream lines(log);
+    for (std::string line; std::getline(lines, line);)
+        if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0]))) started = std::stoi(line);
+    EXPECT_LE(started, 128);
+    EXPECT_GE(started, 100) << "the loop should have filled the limit";
+    auto r = exec(neighbour, {"sh", "-c", "echo alive"});
+    EXPECT_EQ(r.out, "alive\n");
 }
 
 // Each check prints "ok <name>" when the pod is confined, "LEAK <name>" when it is not.
