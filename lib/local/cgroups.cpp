@@ -188,7 +188,12 @@ void Cgroups::remove(const std::string& key) {
 std::vector<std::string> join_cgroup_argv(const std::vector<std::string>& procs_files, std::vector<std::string> argv) {
     // setpriv first: the shell dies with the kubelet too (it holds no uid change to clear that).
     std::vector<std::string> out = {
-        "setpriv", "--pdeathsig", "KILL", "--", "/bin/sh", "-c",
+        "setpriv",
+        "--pdeathsig",
+        "KILL",
+        "--",
+        "/bin/sh",
+        "-c",
         "while [ \"$1\" != -- ]; do echo $$ > \"$1\" || exit 126; shift; done; shift; exec \"$@\"",
         "kubesandbox-cgroup"};
     out.insert(out.end(), procs_files.begin(), procs_files.end());
