@@ -350,8 +350,10 @@ std::vector<std::string> bwrap_argv(const ContainerPlan& plan, const HostLayout&
         a.insert(a.end(), {"--reuid=" + id, "--regid=" + id, "--clear-groups"});
     }
     a.push_back("--");
-    a.insert(a.end(), {"bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--info-fd",
-                       std::to_string(info_fd), "--hostname", hostname});
+    // --disable-userns: no nested user namespaces in the pod, for exec'd commands as well (the
+    // limit belongs to the namespace they join); it needs the user namespace asked for explicitly.
+    a.insert(a.end(), {"bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+                       "--new-session", "--info-fd", std::to_string(info_fd), "--hostname", hostname});
     if (plan.root.kind == ImageRoot::Kind::host) {
         a.insert(a.end(), {"--ro-bind", "/usr", "/usr"});
         for (const auto& [name, target] : layout.symlinks) a.insert(a.end(), {"--symlink", target, "/" + name});

@@ -407,6 +407,16 @@ TEST_F(KubeletTest, SubPathRefusesSymlinksThePodPlanted) {
     EXPECT_NE(phase(pod), "Succeeded");
 }
 
+// A command exec'd into a pod gets the pod's confinement: no controlling terminal, no nested
+// user namespace.
+TEST_F(KubeletTest, ExecdCommandsAreConfinedLikeThePod) {
+    auto pod = running_pod("exec-confined");
+    auto r = exec(pod, {"sh", "-c",
+                        "unshare -U true 2>/dev/null && echo LEAK-userns; "
+                        "(: < /dev/tty) 2>/dev/null && echo LEAK-tty; echo checked"});
+    EXPECT_EQ(r.out, "checked\n") << r.err;
+}
+
 // resources.limits are enforced where cgroups can be written (CI runs as root: they must be).
 bool limits_enforced(Kubelet& k) {
     if (!k.limits_mode().empty()) return true;
@@ -470,6 +480,7 @@ check write-etc touch /etc/x
 check shadow cat /etc/shadow
 check net nc -w 2 127.0.0.1 $PORT
 check signal kill -0 $HOSTPID
+check userns unshare -U true
 n=$(ls -d /proc/[0-9]* | wc -l); if [ "$n" -le 5 ]; then echo "ok ps"; else echo "LEAK ps $n"; fi
 echo > /workspace/written && echo "ok workspace-writable"
 echo done
@@ -477,7 +488,7 @@ echo done
 
 void expect_confined(const std::string& log) {
     for (const char* name : {"root", "work", "home", "tmp-host", "write-usr", "write-etc", "shadow", "net", "signal",
-                             "ps", "workspace-writable"}) {
+                             "userns", "ps", "workspace-writable"}) {
         EXPECT_NE(log.find(std::string("ok ") + name + "\n"), std::string::npos) << name << " in:\n" << log;
     }
     EXPECT_EQ(log.find("LEAK"), std::string::npos) << log;
