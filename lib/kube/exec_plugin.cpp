@@ -5,6 +5,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <fcntl.h>
@@ -109,6 +110,7 @@ std::string describe_status(int status) {
 struct ExecCredentialProvider::Run {
     std::vector<std::shared_ptr<asio::steady_timer>> waiters;
     std::optional<Result<Credential>> result;
+    bool provider_gone = false;
 };
 
 ExecCredentialProvider::ExecCredentialProvider(asio::any_io_executor executor, ExecCredentialConfig config,
@@ -132,6 +134,7 @@ ExecCredentialProvider::ExecCredentialProvider(asio::any_io_executor executor, c
 
 ExecCredentialProvider::~ExecCredentialProvider() {
     if (running_) {
+        running_->provider_gone = true;
         for (auto& t : running_->waiters) t->cancel();
     }
 }
@@ -143,25 +146,39 @@ bool ExecCredentialProvider::fresh() const {
 }
 
 asio::awaitable<Result<Credential>> ExecCredentialProvider::get(bool force_refresh) {
-    if (!force_refresh && fresh()) co_return *cached_;
-    if (running_) {
-        // Join the run in progress; its owner wakes us by cancelling the timer.
-        auto run = running_;
-        auto timer = std::make_shared<asio::steady_timer>(executor_, asio::steady_timer::time_point::max());
-        run->waiters.push_back(timer);
-        co_await timer->async_wait(tuple_awaitable);
-        if (run->result) co_return *run->result;
-        co_return fail(errc::cancelled, "exec plugin run was abandoned");
+    for (;;) {
+        if (!force_refresh && fresh()) co_return *cached_;
+        if (running_) {
+            // Join the run in progress; its owner wakes us by cancelling the timer.
+            auto run = running_;
+            auto timer = std::make_shared<asio::steady_timer>(executor_, asio::steady_timer::time_point::max());
+            run->waiters.push_back(timer);
+            co_await timer->async_wait(tuple_awaitable);
+            if (run->result) co_return *run->result;
+            if (run->provider_gone ||
+                (co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
+                co_return fail(errc::cancelled, "exec plugin run was abandoned");
+            continue;  // its owner was cancelled: run the plugin ourselves
+        }
+        auto run = std::make_shared<Run>();
+        running_ = run;
+        // However the run ends (a cancelled owner included), the next caller is not left waiting
+        // on it: it is no longer the run in progress, and those who joined it wake up.
+        struct Finish {
+            ExecCredentialProvider& self;
+            std::shared_ptr<Run> run;
+            ~Finish() {
+                if (run->provider_gone) return;
+                if (self.running_ == run) self.running_.reset();
+                for (auto& t : run->waiters) t->cancel();
+            }
+        } finish{*this, run};
+        Result<Credential> result = co_await run_plugin();
+        if (result) cached_ = *result;
+        else cached_.reset();
+        run->result = result;
+        co_return result;
     }
-    auto run = std::make_shared<Run>();
-    running_ = run;
-    Result<Credential> result = co_await run_plugin();
-    if (result) cached_ = *result;
-    else cached_.reset();
-    run->result = result;
-    if (running_ == run) running_.reset();
-    for (auto& t : run->waiters) t->cancel();
-    co_return result;
 }
 
 asio::awaitable<Result<Credential>> ExecCredentialProvider::run_plugin() {

@@ -8,6 +8,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -280,6 +281,46 @@ TEST(ExecPlugin, ConcurrentCallersShareOneRunWithoutBlockingTheLoop) {
     }
     EXPECT_EQ(dir.runs(), 1);
     EXPECT_GE(ticks, 10);
+}
+
+// The caller running the plugin gives up (an `||` with a timer): a later caller still gets a
+// credential instead of waiting forever on the abandoned run.
+TEST(ExecPlugin, ACancelledRunDoesNotStrandLaterCallers) {
+    using namespace asio::experimental::awaitable_operators;
+    TempDir dir;
+    dir.write("out.json", credential_json(v1, "tok-after"));
+    auto plugin = write_plugin(dir, "plugin.sh", "sleep 0.3\ncat \"$D/out.json\"");
+    asio::io_context io;
+    ExecCredentialProvider provider(io.get_executor(), plugin_config(plugin), std::nullopt);
+    std::optional<std::size_t> first_index;
+    std::optional<ks::Result<Credential>> joined, later;
+    ks::test::run_coroutine_test(
+        io,
+        [&]() -> asio::awaitable<void> {
+            auto join = [&]() -> asio::awaitable<void> {
+                asio::steady_timer after(io, 10ms);  // once the call below owns the run
+                co_await after.async_wait(asio::use_awaitable);
+                joined = co_await provider.get(false);
+            };
+            asio::steady_timer give_up(io, 50ms);
+            asio::co_spawn(io, join(), asio::detached);
+            auto first = co_await (provider.get(false) || give_up.async_wait(asio::use_awaitable));
+            first_index = first.index();
+            later = co_await provider.get(false);
+            asio::steady_timer settle(io, 20ms);
+            while (!joined) {
+                settle.expires_after(20ms);
+                co_await settle.async_wait(asio::use_awaitable);
+            }
+        },
+        10s);
+    EXPECT_EQ(first_index, 1u);
+    ASSERT_TRUE(later);
+    ASSERT_TRUE(*later) << later->error().message;
+    EXPECT_EQ((*later)->token, "tok-after");
+    ASSERT_TRUE(joined);
+    ASSERT_TRUE(*joined) << joined->error().message;  // the waiter took over the run
+    EXPECT_EQ((*joined)->token, "tok-after");
 }
 
 TEST(ExecPlugin, NonZeroExitReportsCodeAndStderrButNotStdout) {
