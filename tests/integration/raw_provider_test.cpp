@@ -8,6 +8,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -1239,6 +1240,33 @@ TEST_F(RawProviderTest, PolicyStaysUntilThePodIsGoneAndReconnectRestoresIt) {
             if (!policy_gone) co_await sleep_for(100ms);
         }
         EXPECT_TRUE(pod_gone && policy_gone);
+    });
+}
+
+// The caller gives up while the sandbox is being made (here: its setup script runs): what the
+// creation made (pod, policy) is removed on the side, nothing is leaked.
+TEST_F(RawProviderTest, ACancelledCreationLeavesNothingBehind) {
+    using namespace asio::experimental::awaitable_operators;
+    RawProviderOptions cfg;
+    cfg.image = "busybox";
+    cfg.setup_script = "sleep 30";
+    auto p = provider(cfg);
+    run([&]() -> asio::awaitable<void> {
+        GetOrCreateOptions o;
+        o.sandbox_id = "abandoned";
+        asio::steady_timer give_up(co_await asio::this_coro::executor, 1500ms);
+        auto first = co_await (p->get_or_create_pod(o) || give_up.async_wait(asio::as_tuple(asio::use_awaitable)));
+        EXPECT_EQ(first.index(), 1u);
+        const ResourcePath pp = pods("default").with_name(RawProvider::pod_name_for("abandoned"));
+        const ResourcePath npp = netpols("default").with_name(RawProvider::pod_name_for("abandoned") + "-deny-all");
+        bool gone = false;
+        for (int i = 0; i < 100 && !gone; ++i) {
+            auto pod = co_await client_->get(pp);
+            auto np = co_await client_->get(npp);
+            gone = !pod && pod.error().is(errc::not_found) && !np && np.error().is(errc::not_found);
+            if (!gone) co_await sleep_for(100ms);
+        }
+        EXPECT_TRUE(gone) << "the abandoned creation left its pod or policy behind";
     });
 }
 

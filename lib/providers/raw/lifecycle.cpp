@@ -11,6 +11,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/this_coro.hpp>
 
 namespace kubesandbox {
 
@@ -181,17 +182,72 @@ asio::awaitable<Result<void>> run_setup(StatePtr st, const std::string& ns, cons
 // Creates namespace (per-sandbox), NetworkPolicy and the pod, then waits for Ready and runs
 // the setup script. On failure everything this call created is deleted. `adopted` is set only
 // for a pod someone else created (then we wait for its setup instead of running it).
+namespace {
+
+// What one creation made so far, for the clean-up of a creation that never finished.
+struct CreationRecord {
+    std::string ns, name, token;
+    bool created_ns = false;
+    bool created_np = false;
+};
+
+// Removes what an abandoned creation made: the pod only when it carries the creation's token
+// (a deterministic name may be another caller's pod), the policy and namespace when it made them.
+asio::awaitable<void> remove_abandoned(StatePtr st, CreationRecord rec) {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    bool pod_ours = false;
+    const ResourcePath pod_path = pods_path(rec.ns).with_name(rec.name);
+    if (auto pod = co_await st->client.get(pod_path); pod && annotation_of(*pod, keys::creation_token) == rec.token) {
+        pod_ours = true;
+        DeleteOptions o;
+        o.precondition_uid = string_at(metadata_of(*pod), "uid");
+        o.grace_period_seconds = st->options.delete_grace_period.count();
+        co_await st->client.remove(pod_path, std::move(o));
+    }
+    co_await remove_created(st, rec.ns, rec.name, false, rec.created_np || pod_ours, rec.created_ns);
+    st->options.logger.warning("sandbox creation of " + rec.ns + "/" + rec.name +
+                               " was abandoned (cancelled); what it had made was removed");
+}
+
+asio::awaitable<Result<CreateOutcome>> create_steps(StatePtr st, std::string name, Identity idt, bool deterministic,
+                                                    bool warm, CreationRecord& record);
+
+}  // namespace
+
 asio::awaitable<Result<CreateOutcome>> create_and_wait(StatePtr st, std::string name, Identity idt, bool deterministic,
                                                        bool warm) {
+    // Cancelled or destroyed before it finished (the caller gave up): what the creation made so
+    // far is removed on the side, holding only the provider's shared state.
+    struct Abandon {
+        StatePtr st;
+        CreationRecord record;
+        bool finished = false;
+        ~Abandon() {
+            if (!finished && !record.token.empty())
+                asio::co_spawn(st->client.get_executor(), remove_abandoned(st, std::move(record)), asio::detached);
+        }
+    } abandon{st, {}};
+    auto r = co_await create_steps(st, std::move(name), std::move(idt), deterministic, warm, abandon.record);
+    abandon.finished = true;
+    co_return r;
+}
+
+namespace {
+
+asio::awaitable<Result<CreateOutcome>> create_steps(StatePtr st, std::string name, Identity idt, bool deterministic,
+                                                    bool warm, CreationRecord& record) {
     const auto& cfg = st->options;
     auto deadline = steady_clock::now() + cfg.startup_timeout;
     std::string ns = namespace_for(cfg, name);
     const std::string token = util::random_hex(16);
+    record.ns = ns;
+    record.name = name;
+    record.token = token;
     CreateOptions copts;
     copts.idempotent = deterministic;
     copts.field_manager = "kubesandbox";
-    bool created_ns = false;
-    bool created_np = false;
+    bool& created_ns = record.created_ns;
+    bool& created_np = record.created_np;
 
     if (cfg.namespace_per_sandbox) {
         auto r = co_await create_namespace(st, ns, idt, token, copts, created_ns);
@@ -288,6 +344,8 @@ asio::awaitable<Result<CreateOutcome>> create_and_wait(StatePtr st, std::string 
     }
     co_return outcome;
 }
+
+}  // namespace
 
 // Only our own objects: the pod must be labelled ours (and carry `expected_label` when given);
 // a namespace goes only when it is the pod's per-sandbox namespace (named after the pod,
