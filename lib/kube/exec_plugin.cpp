@@ -261,6 +261,16 @@ asio::awaitable<Result<Credential>> ExecCredentialProvider::run_plugin() {
 
     std::string out, err;
     bool out_overflow = false, err_overflow = false, exited = false;
+    // However this frame ends (a cancelled caller's exception included), the plugin does not run on.
+    struct KillUnlessExited {
+        pid_t pid;
+        const bool& exited;
+        ~KillUnlessExited() {
+            if (exited) return;
+            ::kill(-pid, SIGKILL);
+            ::kill(pid, SIGKILL);
+        }
+    } kill_guard{pid, exited};
     sys_error out_ec, err_ec;
     int status = -1;
     asio::steady_timer deadline(executor_, timeout_);

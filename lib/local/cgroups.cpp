@@ -66,30 +66,34 @@ std::unique_ptr<Cgroups> Cgroups::open(const std::string& name, std::string& why
             why = "no cgroup v2 entry in /proc/self/cgroup";
             return nullptr;
         }
-        // Processes may not sit in a cgroup that hands controllers down: a leaf sibling of ours.
-        fs::path base = fs::path("/sys/fs/cgroup") / fs::path(*self).relative_path();
-        fs::path parent = base / name;
-        if (!fs::create_directory(parent, ec) && ec) {
-            why = "cannot create " + parent.string() + ": " + ec.message();
-            return nullptr;
-        }
-        if (!write_file(parent / "cgroup.subtree_control", "+memory +pids +cpu")) {
+        // A cgroup with processes (ours) cannot hand controllers down: try beside ours first (our
+        // parent usually delegates them and holds no process), then below ours.
+        fs::path own = fs::path("/sys/fs/cgroup") / fs::path(*self).relative_path();
+        std::vector<fs::path> bases;
+        if (own != fs::path("/sys/fs/cgroup")) bases.push_back(own.parent_path());
+        bases.push_back(own);
+        for (const auto& base : bases) {
+            fs::path parent = base / name;
+            write_file(base / "cgroup.subtree_control", "+memory +pids +cpu");  // may already be on
+            if (!fs::create_directory(parent, ec) && ec) continue;
+            if (write_file(parent / "cgroup.subtree_control", "+memory +pids +cpu")) {
+                c->v2_ = true;
+                c->mode_ = "cgroup v2";
+                c->parents_ = {parent};
+                return c;
+            }
             fs::remove(parent, ec);
-            why = "cannot enable the memory, pids and cpu controllers below " + parent.string();
-            return nullptr;
         }
-        c->v2_ = true;
-        c->mode_ = "cgroup v2";
-        c->parents_ = {parent};
-        return c;
+        why = "cgroup v2: the memory, pids and cpu controllers cannot be delegated next to or below " + own.string() +
+              " (run the cluster in a delegated cgroup, e.g. systemd-run --scope -p Delegate=yes)";
+        return nullptr;
     }
     for (const char* controller : {"memory", "pids", "cpu"}) {
         auto self = own_path(controller);
         fs::path mount = fs::path("/sys/fs/cgroup") / controller;
         if (!self || !fs::exists(mount / "cgroup.procs", ec)) {
             why = std::string("no cgroup v1 ") + controller + " controller at " + mount.string();
-            c->parents_.clear();
-            return nullptr;
+            return nullptr;  // the destructor removes the ones made so far
         }
         fs::path parent = mount / fs::path(*self).relative_path() / name;
         if (!fs::create_directories(parent, ec) && ec) {
@@ -142,9 +146,9 @@ std::string Cgroups::create(const std::string& key, const ResourceLimits& limits
         }
         problem += set(dirs[1] / "pids.max", std::to_string(limits.pids));
         if (limits.cpu_millis) {
-            problem += set(dirs[2] / "cpu.cfs_period_us", "100000");
-            problem += set(dirs[2] / "cpu.cfs_quota_us",
-                           std::to_string(std::max<std::int64_t>(*limits.cpu_millis * 100, 1000)));
+            // Refused when above the quota of a cgroup above ours: that one then bounds the pod.
+            set(dirs[2] / "cpu.cfs_period_us", "100000");
+            set(dirs[2] / "cpu.cfs_quota_us", std::to_string(std::max<std::int64_t>(*limits.cpu_millis * 100, 1000)));
         }
     }
     if (!problem.empty()) remove(key);
@@ -177,9 +181,9 @@ void Cgroups::remove(const std::string& key) {
                 ::kill(pid, SIGKILL);
                 any = true;
             }
-            if (!any && (fs::remove(dir, ec) || !fs::exists(dir))) break;
+            if (!any && (fs::remove(dir, ec) || !fs::exists(dir, ec))) break;
             fs::remove(dir, ec);
-            if (!fs::exists(dir)) break;
+            if (!fs::exists(dir, ec)) break;
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
     }

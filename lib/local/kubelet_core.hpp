@@ -138,8 +138,9 @@ struct Core {
     // bubblewrap clears the parent-death signal while it sets up a sandbox and sets it again
     // later (setpriv likewise between its uid change and setting it), so a kubelet killed in
     // between would leave that pod running. A small process waits for the kubelet to go away
-    // (EOF on a pipe only the kubelet holds) and then SIGKILLs every bubblewrap or setpriv left
-    // whose arguments name this kubelet's data folder, with its children.
+    // (EOF on a pipe only the kubelet holds) and then, in three passes, SIGKILLs every
+    // bubblewrap, setpriv or shell left with an argument below this kubelet's data folder, with
+    // its children.
     void start_sweeper();
 
     // Runs a throw-away sandbox the way pods run: namespaces + a bind from data_dir.

@@ -155,12 +155,20 @@ void Core::use_bwrap_program(std::vector<std::string>& argv) const {
 }
 
 void Core::start_sweeper() {
+    // Three passes (a chain caught between two programs shows up in the next), matching the
+    // processes whose arguments include one that starts with this kubelet's data folder.
     static constexpr const char* kScript =
         "cat >/dev/null\n"
-        "for p in $(pgrep -x -- \"$KSB_PROGRAM\") $(pgrep -x setpriv); do\n"
-        "  if grep -qaF -e \"$KSB_PODS\" \"/proc/$p/cmdline\" 2>/dev/null; then\n"
-        "    kill -KILL \"$p\" $(cat /proc/\"$p\"/task/*/children 2>/dev/null) 2>/dev/null\n"
-        "  fi\n"
+        "ours() { tr '\\000' '\\n' < \"/proc/$1/cmdline\" 2>/dev/null | "
+        "{ while IFS= read -r a; do case $a in \"$KSB_DATA\"*) exit 0;; esac; done; exit 1; }; }\n"
+        "for pass in 1 2 3; do\n"
+        "  victims=\n"
+        "  for p in $(pgrep -x -- \"$KSB_PROGRAM\") $(pgrep -x setpriv) $(pgrep -x sh); do\n"
+        "    [ \"$p\" = \"$$\" ] && continue\n"
+        "    ours \"$p\" && victims=\"$victims $p $(cat /proc/\"$p\"/task/*/children 2>/dev/null)\"\n"
+        "  done\n"
+        "  [ -n \"$victims\" ] && kill -KILL $victims 2>/dev/null\n"
+        "  sleep 0.1\n"
         "done\n";
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) {
@@ -172,7 +180,7 @@ void Core::start_sweeper() {
     std::string program = fs::path(options.bwrap_program.empty() ? "bwrap" : options.bwrap_program).filename();
     Spawn s{{"/bin/sh", "-c", kScript, "kubesandbox-sweeper"},
             {"PATH=/usr/bin:/bin:/usr/sbin:/sbin", "KSB_PROGRAM=" + program.substr(0, 15),
-             "KSB_PODS=" + (options.data_dir / "").string()},
+             "KSB_DATA=" + (options.data_dir / "").string()},
             {{rd.fd, 0}, {null_out.fd, 1}, {null_out.fd, 2}},
             true};
     pid_t pid = s.run();

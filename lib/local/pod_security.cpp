@@ -111,6 +111,65 @@ void baseline(const json::object& spec, const std::vector<Container>& cs, std::v
         for (std::size_t i = 0; i < ports.size(); ++i) s += (i ? ", " : "") + ports[i];
         out.push_back(s + ")");
     }
+    std::vector<std::string> unmasked;
+    for (const auto& c : cs) {
+        std::string mount = c.context ? string_at(*c.context, "procMount") : std::string();
+        if (!mount.empty() && mount != "Default") unmasked.push_back(c.name);
+    }
+    if (!unmasked.empty())
+        out.push_back("procMount (" + who("container", unmasked) +
+                      " must not set securityContext.procMount to \"Unmasked\")");
+    static const std::set<std::string> safe_sysctls = {
+        "kernel.shm_rmid_forced",       "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.tcp_syncookies",      "net.ipv4.ping_group_range",    "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",  "net.ipv4.tcp_fin_timeout",     "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes"};
+    std::vector<std::string> sysctls;
+    if (auto* psc = object_at(spec, "securityContext"))
+        if (auto* list = psc->if_contains("sysctls"); list && list->is_array())
+            for (const auto& sc : list->as_array())
+                if (sc.is_object() && !safe_sysctls.count(string_at(sc.as_object(), "name")))
+                    sysctls.push_back(string_at(sc.as_object(), "name"));
+    if (!sysctls.empty()) {
+        std::string s = "forbidden sysctls (";
+        for (std::size_t i = 0; i < sysctls.size(); ++i) s += (i ? ", " : "") + sysctls[i];
+        out.push_back(s + ")");
+    }
+    auto selinux_bad = [](const json::object* context) {
+        auto* se = context ? object_at(*context, "seLinuxOptions") : nullptr;
+        if (!se) return false;
+        std::string type = string_at(*se, "type");
+        bool type_ok = type.empty() || type == "container_t" || type == "container_init_t" ||
+                       type == "container_kvm_t" || type == "container_engine_t";
+        return !type_ok || !string_at(*se, "user").empty() || !string_at(*se, "role").empty();
+    };
+    std::vector<std::string> selinux;
+    if (selinux_bad(object_at(spec, "securityContext")))
+        out.push_back("seLinuxOptions (pod set forbidden securityContext.seLinuxOptions)");
+    for (const auto& c : cs)
+        if (selinux_bad(c.context)) selinux.push_back(c.name);
+    if (!selinux.empty())
+        out.push_back("seLinuxOptions (" + who("container", selinux) +
+                      " set forbidden securityContext.seLinuxOptions)");
+    auto apparmor_bad = [](const json::object* context) {
+        auto* profile = context ? object_at(*context, "appArmorProfile") : nullptr;
+        return profile && string_at(*profile, "type") == "Unconfined";
+    };
+    std::vector<std::string> apparmor;
+    for (const auto& c : cs)
+        if (apparmor_bad(c.context)) apparmor.push_back(c.name);
+    if (apparmor_bad(object_at(spec, "securityContext")) || !apparmor.empty())
+        out.push_back("forbidden AppArmor profile (" +
+                      (apparmor.empty() ? std::string("pod") : who("container", apparmor)) +
+                      " must not set appArmorProfile.type to \"Unconfined\")");
+    std::vector<std::string> host_process;
+    for (const auto& c : cs) {
+        auto* win = c.context ? object_at(*c.context, "windowsOptions") : nullptr;
+        if (win && bool_at(win, "hostProcess").value_or(false)) host_process.push_back(c.name);
+    }
+    if (!host_process.empty())
+        out.push_back("hostProcess (" + who("container", host_process) +
+                      " must not set securityContext.windowsOptions.hostProcess=true)");
     std::vector<std::string> unconfined;
     if (seccomp_type(object_at(spec, "securityContext")) == "Unconfined")
         out.push_back("seccompProfile (pod must not set securityContext.seccompProfile.type to \"Unconfined\")");
@@ -199,11 +258,12 @@ void restricted(const json::object& spec, const std::vector<Container>& cs, std:
 }  // namespace
 
 std::optional<PodSecurityLevel> enforced_level(const json::object& labels) {
-    std::string level = string_at(labels, "pod-security.kubernetes.io/enforce");
+    auto* v = labels.if_contains("pod-security.kubernetes.io/enforce");
+    if (!v) return std::nullopt;
+    std::string level = v->is_string() ? std::string(v->get_string()) : std::string();
     if (level == "privileged") return PodSecurityLevel::privileged;
     if (level == "baseline") return PodSecurityLevel::baseline;
-    if (level == "restricted") return PodSecurityLevel::restricted;
-    return std::nullopt;
+    return PodSecurityLevel::restricted;  // an invalid value enforces the strictest level, as upstream
 }
 
 std::vector<std::string> pod_security_violations(const json::object& pod, PodSecurityLevel level) {
@@ -213,6 +273,22 @@ std::vector<std::string> pod_security_violations(const json::object& pod, PodSec
     if (!spec) return out;
     auto cs = containers_of(*spec);
     baseline(*spec, cs, out);
+    // The AppArmor annotations (before the appArmorProfile field): only the runtime default or
+    // a localhost profile.
+    std::vector<std::string> apparmor;
+    if (auto* annotations = object_at(util::metadata_of(pod), "annotations"))
+        for (const auto& [key, value] : *annotations) {
+            constexpr std::string_view prefix = "container.apparmor.security.beta.kubernetes.io/";
+            if (!key.starts_with(prefix) || !value.is_string()) continue;
+            std::string_view v = value.get_string();
+            if (v != "runtime/default" && !v.starts_with("localhost/"))
+                apparmor.push_back(std::string(key) + "=" + "\"" + std::string(v) + "\"");
+        }
+    if (!apparmor.empty()) {
+        std::string s = "forbidden AppArmor profiles (";
+        for (std::size_t i = 0; i < apparmor.size(); ++i) s += (i ? ", " : "") + apparmor[i];
+        out.push_back(s + ")");
+    }
     if (level == PodSecurityLevel::restricted) restricted(*spec, cs, out);
     return out;
 }

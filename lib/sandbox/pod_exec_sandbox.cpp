@@ -335,27 +335,41 @@ asio::awaitable<Result<RunResponse>> PodExecSandbox::run(std::vector<std::string
 
 namespace {
 
-// Runs `work(i)` for i in [0, n) with at most `parallel` running at once, on `executor`.
+// Runs `work(i)` for i in [0, n), at most `parallel` at once. The waiting happens in a
+// coroutine of its own, so the caller's cancellation state is left as it was. When the caller
+// is cancelled, no further item starts (the result is true), and those in flight are still
+// waited for: they reference `work`, and through it the caller's frame.
 template <typename Work>
-asio::awaitable<void> for_each_bounded(std::size_t n, std::size_t parallel, Work work) {
-    if (n == 0) co_return;
+asio::awaitable<bool> for_each_bounded(std::size_t n, std::size_t parallel, Work& work) {
+    if (n == 0) co_return false;
     auto executor = co_await asio::this_coro::executor;
-    parallel = std::max<std::size_t>(1, std::min(parallel, n));
-    auto next = std::make_shared<std::atomic<std::size_t>>(0);
-    auto remaining = std::make_shared<std::atomic<std::size_t>>(parallel);
-    auto done = std::make_shared<asio::steady_timer>(executor, asio::steady_timer::time_point::max());
-    for (std::size_t w = 0; w < parallel; ++w) {
-        auto worker = [next, remaining, done, n, &work]() -> asio::awaitable<void> {
-            for (std::size_t i = (*next)++; i < n; i = (*next)++) co_await work(i);
-            if (--*remaining == 0) asio::post(done->get_executor(), [done] { done->cancel(); });
-        };
-        asio::co_spawn(executor, worker(), asio::detached);
-    }
-    // The workers reference `work` (and through it the caller's frame), which must outlive them:
-    // a cancelled caller still waits here for the transfers in flight, without throwing.
-    co_await asio::this_coro::throw_if_cancelled(false);
-    co_await asio::this_coro::reset_cancellation_state(asio::disable_cancellation());
-    while (remaining->load() != 0) co_await done->async_wait(asio::as_tuple(asio::use_awaitable));
+    auto body = [&work, n, parallel, executor]() -> asio::awaitable<bool> {
+        co_await asio::this_coro::throw_if_cancelled(false);
+        const std::size_t workers = std::max<std::size_t>(1, std::min(parallel, n));
+        auto next = std::make_shared<std::atomic<std::size_t>>(0);
+        auto remaining = std::make_shared<std::atomic<std::size_t>>(workers);
+        auto stop = std::make_shared<std::atomic<bool>>(false);
+        auto done = std::make_shared<asio::steady_timer>(executor, asio::steady_timer::time_point::max());
+        for (std::size_t w = 0; w < workers; ++w) {
+            auto worker = [next, remaining, stop, done, n, &work]() -> asio::awaitable<void> {
+                for (std::size_t i = (*next)++; i < n && !*stop; i = (*next)++) co_await work(i);
+                if (--*remaining == 0) asio::post(done->get_executor(), [done] { done->cancel(); });
+            };
+            asio::co_spawn(executor, worker(), asio::detached);
+        }
+        bool cancelled = false;
+        while (remaining->load() != 0) {
+            co_await done->async_wait(asio::as_tuple(asio::use_awaitable));
+            asio::cancellation_state state = co_await asio::this_coro::cancellation_state;
+            if (state.cancelled() != asio::cancellation_type::none) {
+                cancelled = true;
+                *stop = true;
+                co_await asio::this_coro::reset_cancellation_state();
+            }
+        }
+        co_return cancelled;
+    };
+    co_return co_await asio::co_spawn(executor, std::move(body), asio::use_awaitable);
 }
 
 }  // namespace
@@ -388,10 +402,11 @@ asio::awaitable<Result<std::vector<FileUploadResponse>>> PodExecSandbox::upload_
         }
         out[i].error = transfer_error(*outcome);
     };
-    co_await for_each_bounded(files.size(), options_.max_parallel_transfers, one);
+    bool cancelled = co_await for_each_bounded(files.size(), options_.max_parallel_transfers, one);
     if (options_.on_activity) options_.on_activity();
     // The sandbox is gone: nothing written survives, so the whole call failed.
     if (fatal) co_return fail(std::move(*fatal));
+    if (cancelled) co_return fail(errc::cancelled, "upload_files was cancelled; files not yet started were not sent");
     co_return out;
 }
 
@@ -425,9 +440,10 @@ asio::awaitable<Result<std::vector<FileDownloadResponse>>> PodExecSandbox::downl
         out[i].error = transfer_error(*outcome);
         if (!out[i].error) out[i].content = std::move(outcome->stdout_data);
     };
-    co_await for_each_bounded(paths.size(), options_.max_parallel_transfers, one);
+    bool cancelled = co_await for_each_bounded(paths.size(), options_.max_parallel_transfers, one);
     if (options_.on_activity) options_.on_activity();
     if (fatal) co_return fail(std::move(*fatal));
+    if (cancelled) co_return fail(errc::cancelled, "download_files was cancelled");
     co_return out;
 }
 

@@ -216,6 +216,39 @@ TEST_F(SandboxTest, ACancelledExecuteKillsItsCommand) {
     });
 }
 
+// Cancellation reaches a caller that moved files first: the transfers do not switch it off
+// for the rest of the caller's coroutine.
+TEST_F(SandboxTest, CancellationStillReachesACallerAfterTransfers) {
+    using namespace asio::experimental::awaitable_operators;
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create_pod();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        auto& s = **sb;
+        auto agent_turn = [&]() -> asio::awaitable<void> {
+            std::vector<std::pair<std::string, std::string>> files{{"/workspace/a", "x"}, {"/workspace/b", "y"}};
+            co_await s.upload_files(files);
+            std::vector<std::string> paths{"/workspace/a"};
+            co_await s.download_files(paths);
+            co_await s.execute("sleep 312");
+        };
+        asio::steady_timer give_up(co_await asio::this_coro::executor, 2s);
+        auto start = std::chrono::steady_clock::now();
+        auto first = co_await (agent_turn() || give_up.async_wait(asio::as_tuple(asio::use_awaitable)));
+        EXPECT_EQ(first.index(), 1u);
+        EXPECT_LT(std::chrono::steady_clock::now() - start, 15s);
+        std::string left = "?";
+        for (int i = 0; i < 100 && !left.empty(); ++i) {
+            auto ps = co_await s.execute("ps | grep 'sleep 312' | grep -v grep || true");
+            left = ps ? ps->output : "?";
+            if (!left.empty()) co_await sleep_for(100ms);
+        }
+        EXPECT_EQ(left, "") << "the cancelled command survived";
+        co_await p.delete_sandbox(s.pod_name());
+    });
+}
+
 // The connection drops mid-command: the command ran once (never replayed), is killed, and the
 // error says so.
 TEST_F(SandboxTest, ADroppedConnectionKillsTheCommandAndSaysSo) {

@@ -67,6 +67,34 @@ TEST(PodSecurity, RestrictedChecksEveryContainerAndThePodLevel) {
     EXPECT_EQ(v[3], "runAsUser=0 (container \"init\" must not set runAsUser=0)");
 }
 
+TEST(PodSecurity, BaselineAlsoCoversProcMountSysctlsSelinuxAppArmorAndHostProcess) {
+    auto bad = pod(R"({"securityContext":{"sysctls":[{"name":"kernel.msgmax","value":"1"},
+                                                      {"name":"net.ipv4.tcp_syncookies","value":"1"}]},
+        "containers":[{"name":"c","image":"x","securityContext":{"procMount":"Unmasked",
+            "seLinuxOptions":{"type":"spc_t"},"appArmorProfile":{"type":"Unconfined"},
+            "windowsOptions":{"hostProcess":true}}}]})");
+    bad["metadata"].as_object()["annotations"] =
+        json::object{{"container.apparmor.security.beta.kubernetes.io/c", "unconfined"}};
+    auto v = pod_security_violations(bad, PodSecurityLevel::baseline);
+    std::string all;
+    for (const auto& x : v) all += x + "\n";
+    EXPECT_NE(all.find("procMount (container \"c\""), std::string::npos) << all;
+    EXPECT_NE(all.find("forbidden sysctls (kernel.msgmax)"), std::string::npos) << all;
+    EXPECT_NE(all.find("seLinuxOptions (container \"c\""), std::string::npos) << all;
+    EXPECT_NE(all.find("appArmorProfile.type to \"Unconfined\""), std::string::npos) << all;
+    EXPECT_NE(all.find("hostProcess (container \"c\""), std::string::npos) << all;
+    EXPECT_NE(all.find("container.apparmor.security.beta.kubernetes.io/c=\"unconfined\""), std::string::npos) << all;
+}
+
+TEST(PodSecurity, AnInvalidLevelEnforcesRestricted) {
+    using kubesandbox::local::enforced_level;
+    EXPECT_EQ(enforced_level(json::object{{"pod-security.kubernetes.io/enforce", "strict"}}),
+              PodSecurityLevel::restricted);
+    EXPECT_EQ(enforced_level(json::object{{"pod-security.kubernetes.io/enforce", "baseline"}}),
+              PodSecurityLevel::baseline);
+    EXPECT_EQ(enforced_level(json::object{{"team", "a"}}), std::nullopt);
+}
+
 TEST(PodSecurity, RawSandboxPodsPassRestricted) {
     kubesandbox::RawProviderOptions o;
     o.init_containers.push_back(json::object{{"name", "setup"}, {"image", "busybox"}});

@@ -148,6 +148,9 @@ TEST(RawManifests, OverridesThatWeakenTheHardeningAreNamed) {
                        json::array{json::object{{"name", "other"}, {"image", "x"}, {"securityContext", nullptr}}}}},
          "securityContext is missing"});
     cases.push_back({json::object{{"securityContext", nullptr}}, ""});  // containers still say runAsNonRoot
+    cases.push_back(
+        {json::object{{"securityContext", json::object{{"seccompProfile", json::object{{"type", "Unconfined"}}}}}},
+         "spec.securityContext.seccompProfile is Unconfined"});
     for (auto& c : cases) {
         RawProviderOptions o;
         o.pod_template_overrides = c.overrides;

@@ -46,21 +46,45 @@ bool ours_for(const json::object& o, const std::string& sandbox_label) {
 
 // Removes what one create_and_wait call made (and only that). Failures are logged: the caller
 // is already reporting the error that made it clean up, and cleanup() reaps what is left.
+// The deny-all policy of a sandbox being removed. While its pod may still run (`pod_uid` set),
+// the policy is left to the garbage collector as the pod's dependent (made one if it was not
+// yet), so the network stays closed until the pod is gone; with no pod it is deleted.
+asio::awaitable<void> release_policy(StatePtr st, const std::string& ns, const std::string& name,
+                                     std::optional<std::string> pod_uid) {
+    const Logger& log = st->options.logger;
+    const ResourcePath path = network_policies_path(ns).with_name(network_policy_name(name));
+    auto np = co_await st->client.get(path);
+    if (!np) {
+        if (!np.error().is(errc::not_found))
+            log.warning("cleanup of NetworkPolicy " + ns + "/" + network_policy_name(name) +
+                        " failed: " + np.error().describe());
+        co_return;
+    }
+    auto* refs = metadata_of(*np).if_contains("ownerReferences");
+    if (refs && refs->is_array() && !refs->as_array().empty()) co_return;  // goes with its owner
+    if (pod_uid && !pod_uid->empty()) {
+        auto r = co_await st->client.patch(path, owner_patch(name, *pod_uid), PatchType::merge);
+        if (r) co_return;
+    }
+    auto r = co_await st->client.remove(path);
+    if (!r && !r.error().is(errc::not_found))
+        log.warning("cleanup of NetworkPolicy " + ns + "/" + network_policy_name(name) +
+                    " failed: " + r.error().describe());
+}
+
 asio::awaitable<void> remove_created(StatePtr st, std::string ns, std::string name, bool pod, bool np, bool nspace) {
     const Logger& log = st->options.logger;
+    std::optional<std::string> pod_uid;
     if (pod) {
+        const ResourcePath pod_path = pods_path(ns).with_name(name);
+        if (auto cur = co_await st->client.get(pod_path)) pod_uid = string_at(metadata_of(*cur), "uid");
         DeleteOptions o;
         o.grace_period_seconds = st->options.delete_grace_period.count();
-        auto r = co_await st->client.remove(pods_path(ns).with_name(name), std::move(o));
+        auto r = co_await st->client.remove(pod_path, std::move(o));
         if (!r && !r.error().is(errc::not_found))
             log.warning("cleanup of pod " + ns + "/" + name + " failed: " + r.error().describe());
     }
-    if (pod || np) {
-        auto r = co_await st->client.remove(network_policies_path(ns).with_name(network_policy_name(name)));
-        if (!r && !r.error().is(errc::not_found))
-            log.warning("cleanup of NetworkPolicy " + ns + "/" + network_policy_name(name) +
-                        " failed: " + r.error().describe());
-    }
+    if (pod || np) co_await release_policy(st, ns, name, pod_uid);
     if (nspace) {
         auto r = co_await st->client.remove(namespaces_path().with_name(ns));
         if (!r && !r.error().is(errc::not_found))
@@ -195,16 +219,20 @@ struct CreationRecord {
 // (a deterministic name may be another caller's pod), the policy and namespace when it made them.
 asio::awaitable<void> remove_abandoned(StatePtr st, CreationRecord rec) {
     co_await asio::this_coro::throw_if_cancelled(false);
-    bool pod_ours = false;
     const ResourcePath pod_path = pods_path(rec.ns).with_name(rec.name);
-    if (auto pod = co_await st->client.get(pod_path); pod && annotation_of(*pod, keys::creation_token) == rec.token) {
-        pod_ours = true;
+    auto pod = co_await st->client.get(pod_path);
+    std::optional<std::string> pod_uid;
+    if (pod && annotation_of(*pod, keys::creation_token) == rec.token) {
+        pod_uid = string_at(metadata_of(*pod), "uid");
         DeleteOptions o;
-        o.precondition_uid = string_at(metadata_of(*pod), "uid");
+        o.precondition_uid = *pod_uid;
         o.grace_period_seconds = st->options.delete_grace_period.count();
         co_await st->client.remove(pod_path, std::move(o));
     }
-    co_await remove_created(st, rec.ns, rec.name, false, rec.created_np || pod_ours, rec.created_ns);
+    // Unsure whether a pod of ours runs (the read failed): its policy stays.
+    if (pod_uid || (rec.created_np && !pod && pod.error().is(errc::not_found)))
+        co_await release_policy(st, rec.ns, rec.name, pod_uid);
+    if (rec.created_ns) co_await remove_created(st, rec.ns, rec.name, false, false, true);
     st->options.logger.warning("sandbox creation of " + rec.ns + "/" + rec.name +
                                " was abandoned (cancelled); what it had made was removed");
 }

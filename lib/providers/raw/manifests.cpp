@@ -26,7 +26,8 @@ std::optional<std::int64_t> ttl_of(const json::object& annotations) {
     std::string v = util::string_at(annotations, keys::ttl_seconds);
     if (v.empty() || v.size() > 12 || v.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
     std::int64_t ttl = std::stoll(v);
-    return ttl > 0 ? std::optional<std::int64_t>(ttl) : std::nullopt;
+    // activeDeadlineSeconds is validated to at most 2^32-1 by the API server.
+    return ttl > 0 ? std::optional<std::int64_t>(std::min<std::int64_t>(ttl, 4294967295)) : std::nullopt;
 }
 
 json::object resource_map(const std::string& cpu, const std::string& mem, const std::string& eph) {
@@ -331,6 +332,9 @@ std::optional<std::string> hardening_problem(const json::object& spec) {
         return std::string("spec.automountServiceAccountToken is not false");
     const json::object* psc = util::object_at(spec, "securityContext");
     bool pod_non_root = psc && bool_at(psc, "runAsNonRoot").value_or(false);
+    if (auto* sp = psc ? util::object_at(*psc, "seccompProfile") : nullptr;
+        sp && util::string_at(*sp, "type") == "Unconfined")
+        return std::string("spec.securityContext.seccompProfile is Unconfined");
     if (auto* v = spec.if_contains("volumes"); v && v->is_array())
         for (const auto& vol : v->as_array())
             if (vol.is_object() && vol.as_object().contains("hostPath"))
@@ -353,6 +357,9 @@ std::optional<std::string> hardening_problem(const json::object& spec) {
             if (!bool_at(csc, "runAsNonRoot").value_or(pod_non_root)) return where + ".runAsNonRoot is not true";
             if (auto* uid = csc->if_contains("runAsUser"); uid && uid->is_int64() && uid->get_int64() == 0)
                 return where + ".runAsUser is 0";
+            if (auto* sp = util::object_at(*csc, "seccompProfile"); sp && util::string_at(*sp, "type") == "Unconfined")
+                return where + ".seccompProfile is Unconfined";
+            if (util::string_at(*csc, "procMount") == "Unmasked") return where + ".procMount is Unmasked";
             const json::object* caps = util::object_at(*csc, "capabilities");
             bool drops_all = false;
             if (auto* drop = caps ? caps->if_contains("drop") : nullptr; drop && drop->is_array())
@@ -388,7 +395,7 @@ std::optional<std::int64_t> claimed_deadline(const Identity& identity, std::opti
                                              std::int64_t running_for) {
     auto ttl = ttl_of(identity.annotations);
     if (!ttl) return std::nullopt;  // the configured deadline is already in the pod's spec
-    std::int64_t deadline = std::max<std::int64_t>(running_for, 0) + *ttl;
+    std::int64_t deadline = std::min<std::int64_t>(std::max<std::int64_t>(running_for, 0) + *ttl, 4294967295);
     return configured ? std::min(*configured, deadline) : deadline;
 }
 
