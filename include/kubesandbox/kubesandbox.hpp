@@ -3,6 +3,8 @@
 #pragma once
 
 #include <kubesandbox/error.hpp>
+#include <kubesandbox/file_format.hpp>
+#include <kubesandbox/file_ops.hpp>
 #include <kubesandbox/kube_client.hpp>
 #include <kubesandbox/kube_config.hpp>
 #include <kubesandbox/kube_types.hpp>
