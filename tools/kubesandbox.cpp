@@ -1,6 +1,9 @@
 // kubesandbox: command-line front end of the raw-mode provider (create, list, exec, cp, delete,
-// cleanup, pool). Arguments go to the sandbox as argv, never through a local shell.
+// cleanup, pool, and the file commands of file_commands.hpp). Arguments go to the sandbox as argv
+// or script arguments, never through a local shell.
 // Exit codes: 0 ok, 1 error (typed error named on stderr), 2 usage; `exec` returns the command's.
+#include "file_commands.hpp"
+
 #include <kubesandbox/kube_config.hpp>
 #include <kubesandbox/local_cluster.hpp>
 #include <kubesandbox/raw_provider.hpp>
@@ -40,6 +43,16 @@ constexpr const char* usage_text =
     "                          run CMD (no shell) in the sandbox; its output on stdout and its\n"
     "                          exit code as ours (124 on timeout)\n"
     "  cp LOCAL ID:PATH | cp ID:PATH LOCAL   copy a file in or out (PATH absolute)\n"
+    "  ls ID PATH              list a folder\n"
+    "  read ID PATH [--offset N] [--limit N]   numbered lines [N+1, N+limit] (default 0, 2000)\n"
+    "  write ID PATH           write stdin to PATH (parents created, file replaced)\n"
+    "  edit ID PATH OLD NEW [--replace-all]\n"
+    "  edit ID PATH --old-file F --new-file F [--replace-all]\n"
+    "                          replace OLD (exactly once unless --replace-all) by NEW\n"
+    "  glob ID PATTERN [--path P]   files matching PATTERN (*, ?, [..], {a,b}, **) below P (/)\n"
+    "  grep ID PATTERN [--path P] [--glob G] [--max-count N]\n"
+    "                          lines holding PATTERN (literal text) in files below P (.)\n"
+    "  rm ID PATH              remove a file or folder\n"
     "  delete ID               delete a sandbox (exit 0 also when it is already gone)\n"
     "  cleanup [--max-idle S]  delete sandboxes whose TTL or idle time has expired\n"
     "  pool [--fill]           warm pool status (--fill creates the missing warm pods)\n"
@@ -60,7 +73,8 @@ constexpr const char* usage_text =
     "  --json                  print the library result as one JSON document\n"
     "  -h, --help              this help\n"
     "\n"
-    "Exit codes: 0 success, 1 error, 2 usage error; exec: the command's exit code.\n";
+    "Exit codes: 0 success, 1 error, 2 usage error; exec: the command's exit code; file commands:\n"
+    "1 when the result has an error (printed on stderr, or in the --json document).\n";
 
 struct UsageError {
     std::string message;
@@ -80,6 +94,7 @@ struct Args {
     std::string selector;
     bool fill = false;
     std::vector<std::string> argv;  // exec command after --
+    cli::FileCommand file;          // file commands' options
 };
 
 std::int64_t parse_number(const std::string& flag, const std::string& v) {
@@ -137,6 +152,14 @@ Args parse(int argc, char** argv) {
         else if (flag == "--status") a.status = value();
         else if (flag == "--selector" || s == "-l") a.selector = value();
         else if (s == "--fill") a.fill = true;
+        else if (flag == "--offset") a.file.offset = parse_number("--offset", value());
+        else if (flag == "--limit") a.file.limit = parse_number("--limit", value());
+        else if (flag == "--max-count") a.file.max_count = parse_number("--max-count", value());
+        else if (flag == "--path") a.file.path = value();
+        else if (flag == "--glob") a.file.glob = value();
+        else if (flag == "--old-file") a.file.old_file = value();
+        else if (flag == "--new-file") a.file.new_file = value();
+        else if (s == "--replace-all") a.file.replace_all = true;
         else if (s.size() > 1 && s[0] == '-') throw UsageError{"unknown option " + s};
         else if (a.command.empty()) a.command = s;
         else a.rest.push_back(s);
@@ -144,7 +167,17 @@ Args parse(int argc, char** argv) {
     static const char* known[] = {"create", "list", "exec", "cp", "delete", "cleanup", "pool"};
     bool ok = a.command.empty();
     for (const char* k : known) ok = ok || a.command == k;
+    ok = ok || cli::is_file_command(a.command);
     if (!ok) throw UsageError{"unknown command \"" + a.command + "\""};
+    if (cli::is_file_command(a.command)) {
+        // Everything after the ID belongs to the command: `--` lets OLD/NEW start with a dash.
+        a.file.name = a.command;
+        a.file.json = a.json;
+        a.file.args.assign(a.rest.begin() + (a.rest.empty() ? 0 : 1), a.rest.end());
+        a.file.args.insert(a.file.args.end(), a.argv.begin(), a.argv.end());
+        if (a.rest.empty()) throw UsageError{a.command + " needs a sandbox ID"};
+        if (auto problem = cli::prepare_file_command(a.file)) throw UsageError{*problem};
+    }
     return a;
 }
 
@@ -179,6 +212,14 @@ std::optional<std::string> read_file(const std::string& path) {
 
 asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
     const std::string& cmd = a.command;
+    if (cli::is_file_command(cmd)) {
+        GetOrCreateOptions o;
+        o.sandbox_id = a.rest.at(0);
+        o.create_if_missing = false;
+        auto sb = co_await provider.get_or_create_pod(o);
+        if (!sb) co_return report(sb.error());
+        co_return co_await cli::run_file_command(**sb, a.file);
+    }
     if (cmd == "create") {
         if (!a.rest.empty()) throw UsageError{"create takes no positional arguments"};
         GetOrCreateOptions o;
@@ -429,6 +470,10 @@ int main(int argc, char** argv) {
     if (a.command.empty()) {
         std::cerr << usage_text;
         return 2;
+    }
+    if (a.command == "write") {
+        std::string in((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+        a.file.input = std::move(in);
     }
 
     std::filesystem::path local_dir;

@@ -62,6 +62,36 @@ K cp "cli test/1:/workspace/sub dir/in.bin" "$TMP/out.bin"; rc=$?
 K cp "cli test/1:/workspace/missing" "$TMP/x" 2>"$TMP/cp.err"; rc=$?
 [[ $rc == 1 ]] && grep -q file_not_found "$TMP/cp.err" && pass "cp missing file" || fail "cp missing file (rc $rc)"
 
+# file commands: DeepAgents renderings, --json with its field names, exit 1 on a result error
+printf 'alpha\nneedle one\r\n' | K write "cli test/1" "/workspace/f dir/a.txt"; rc=$?
+[[ $rc == 0 ]] && pass "write from stdin" || fail "write (rc $rc)"
+OUT=$(K read "cli test/1" "/workspace/f dir/a.txt"); rc=$?
+[[ $rc == 0 && $OUT == $'1  alpha\n2  needle one' ]] && pass "read numbered" || fail "read rc=$rc '$OUT'"
+OUT=$(K read "cli test/1" "/workspace/f dir/a.txt" --offset 1 --limit 1 --json); rc=$?
+[[ $rc == 0 && $OUT == *'"content":"needle one"'* && $OUT == *'"start_line":2'* && $OUT == *'"total_lines":2'* ]] &&
+  pass "read --json" || fail "read --json rc=$rc '$OUT'"
+OUT=$(K ls "cli test/1" "/workspace/f dir"); rc=$?
+[[ $rc == 0 && $OUT == "['/workspace/f dir/a.txt']" ]] && pass "ls" || fail "ls rc=$rc '$OUT'"
+OUT=$(K edit "cli test/1" "/workspace/f dir/a.txt" "needle one" "needle 1"); rc=$?
+[[ $rc == 0 && $OUT == "Successfully replaced 1 instance(s) of the string in '/workspace/f dir/a.txt'" ]] &&
+  pass "edit" || fail "edit rc=$rc '$OUT'"
+printf -- '-alpha' >"$TMP/old"; printf -- '--beta $x' >"$TMP/new"
+OUT=$(K edit "cli test/1" "/workspace/f dir/a.txt" --old-file "$TMP/old" --new-file "$TMP/new" --json); rc=$?
+[[ $rc == 1 && $OUT == *'"error":"Error: String not found in file: '"'"'-alpha'"'"'"'* ]] &&
+  pass "edit --old-file, error exits 1" || fail "edit --old-file rc=$rc '$OUT'"
+OUT=$(K grep "cli test/1" needle --path /workspace); rc=$?
+[[ $rc == 0 && $OUT == $'/workspace/f dir/a.txt:\n  2: needle 1\r' ]] && pass "grep" || fail "grep rc=$rc '$OUT'"
+OUT=$(K glob "cli test/1" '**/*.txt' --path /workspace --json); rc=$?
+[[ $rc == 0 && $OUT == '{"error":null,"matches":[{"path":"/workspace/f dir/a.txt","is_dir":false}],"truncated":false}' ]] &&
+  pass "glob --json" || fail "glob rc=$rc '$OUT'"
+K read "cli test/1" /workspace/none.txt 2>"$TMP/read.err" >/dev/null; rc=$?
+[[ $rc == 1 ]] && grep -q "File '/workspace/none.txt': file_not_found" "$TMP/read.err" && pass "read missing exits 1" ||
+  fail "read missing (rc $rc)"
+OUT=$(K rm "cli test/1" "/workspace/f dir"); rc=$?
+[[ $rc == 0 && $OUT == "Deleted /workspace/f dir" ]] && pass "rm" || fail "rm rc=$rc '$OUT'"
+K ls "cli test/1" >/dev/null 2>&1; rc=$?
+[[ $rc == 2 ]] && pass "ls without path exits 2" || fail "ls without path (got $rc)"
+
 # list pages through everything and shows both
 K list >"$TMP/list.out"; rc=$?
 if [[ $rc == 0 ]] && grep -q "^cli test/1 " "$TMP/list.out" && grep -q "^$RID " "$TMP/list.out"; then pass "list"
