@@ -7,6 +7,7 @@
 // a lost sandbox or an invalid argument (NUL in a path or pattern) is the Error of the Result.
 #pragma once
 
+#include <kubesandbox/file_policy.hpp>
 #include <kubesandbox/sandbox.hpp>
 
 #include <boost/asio/awaitable.hpp>
@@ -90,10 +91,19 @@ inline constexpr const char* read_truncation_message =
     "limit. Continue reading with a larger offset or smaller limit to inspect the rest of the file.]";
 }  // namespace file_limits
 
+struct FileOpsOptions {
+    // Virtual root: every path is taken below root_dir ("/a" is root_dir + "/a"; ".." may not
+    // climb above it: invalid_path) and paths in results are given back below "/" again.
+    std::string root_dir{};
+    // Checked for write, edit and remove (on the canonical real path); audited for every operation.
+    FilePolicy policy{};
+};
+
 class FileOps {
 public:
-    // The sandbox must outlive this object (FileOps holds a reference, no state of its own).
+    // The sandbox must outlive this object (FileOps holds a reference).
     explicit FileOps(Sandbox& sandbox) : sandbox_(sandbox) {}
+    FileOps(Sandbox& sandbox, FileOpsOptions options) : sandbox_(sandbox), options_(std::move(options)) {}
 
     // Entries of a directory (not recursive), sorted by name; is_dir does not follow symlinks.
     boost::asio::awaitable<Result<LsResult>> ls(std::string path);
@@ -123,7 +133,12 @@ public:
     boost::asio::awaitable<Result<GlobResult>> glob(std::string pattern, std::string path);
 
 private:
+    struct Target;
+    struct Internals;
+    friend struct Internals;
+
     Sandbox& sandbox_;
+    FileOpsOptions options_{};
 };
 
 }  // namespace kubesandbox

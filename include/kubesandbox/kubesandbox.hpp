@@ -5,6 +5,7 @@
 #include <kubesandbox/error.hpp>
 #include <kubesandbox/file_format.hpp>
 #include <kubesandbox/file_ops.hpp>
+#include <kubesandbox/file_policy.hpp>
 #include <kubesandbox/kube_client.hpp>
 #include <kubesandbox/kube_config.hpp>
 #include <kubesandbox/kube_types.hpp>

@@ -1,12 +1,15 @@
 // The file operations' I/O: one execute (or one transfer) per operation, everything else in the
-// sans-IO cores beside this file.
+// sans-IO cores beside this file. With a virtual root, scripts get real paths and parsers the
+// caller's (virtual) ones, so every path in a result and every message is virtual.
 #include <kubesandbox/file_ops.hpp>
 
 #include "files/edit_core.hpp"
 #include "files/listing.hpp"
+#include "files/policy.hpp"
 #include "files/read_page.hpp"
 
 #include <algorithm>
+#include <variant>
 
 namespace kubesandbox {
 
@@ -40,22 +43,82 @@ bool prefilter_is_exact(std::string_view glob) {
 
 }  // namespace
 
+// real: what the sandbox sees; shown: what the caller gave (and sees in results).
+struct FileOps::Target {
+    std::string real;
+    std::string shown;
+};
+
+struct FileOps::Internals {
+    // The real path, or the file-level error code (invalid_path, permission_denied) after auditing.
+    static asio::awaitable<std::variant<Target, std::string>> resolve(FileOps& self, const char* op, std::string path,
+                                                                      bool writes) {
+        const FilePolicy& policy = self.options_.policy;
+        Target t{path, path};
+        AuditEvent event{op, path, {}};
+        auto refuse = [&](const char* code) -> std::variant<Target, std::string> {
+            event.metadata.emplace_back("outcome", code == std::string("invalid_path") ? "invalid" : "denied");
+            files::audit(policy, event);
+            return std::string(code);
+        };
+        if (!self.options_.root_dir.empty()) {
+            auto real = files::virtual_to_real(self.options_.root_dir, path);
+            if (!real) co_return refuse(file_error::invalid_path);
+            t.real = std::move(*real);
+        }
+        if (writes && policy.restricts_writes()) {
+            auto canonical = files::normalize_absolute(t.real);
+            if (!canonical) co_return refuse(file_error::invalid_path);
+            if (policy.resolve_symlinks) {
+                std::vector<std::string> one{*canonical};
+                auto resolved = co_await self.sandbox_.execute(files::canonical_paths_command(one), std::nullopt);
+                auto parsed = resolved ? files::parse_canonical_paths(resolved->output, 1) : std::nullopt;
+                if (!parsed) co_return refuse(file_error::permission_denied);  // cannot tell: do not write
+                canonical = parsed->front();
+            }
+            event.metadata.emplace_back("canonical", *canonical);
+            if (!files::write_allowed(policy, *canonical)) co_return refuse(file_error::permission_denied);
+            // Write where the check looked: "link/../x" would otherwise resolve differently in the sandbox.
+            t.real = *canonical;
+        }
+        event.metadata.emplace_back("outcome", "allowed");
+        if (t.real != path) event.metadata.emplace_back("real_path", t.real);
+        if (!files::audit(policy, std::move(event))) co_return std::string(file_error::permission_denied);
+        co_return t;
+    }
+
+    // Default search roots: "" means "/" for glob (and the virtual "/" under a root) or "." for grep.
+    static std::string default_path(const FileOps& self, std::string path, const char* plain_default) {
+        if (!path.empty()) return path;
+        return self.options_.root_dir.empty() ? std::string(plain_default) : std::string("/");
+    }
+};
+
 asio::awaitable<Result<LsResult>> FileOps::ls(std::string path) {
     if (auto ok = check_argument("path", path); !ok) co_return tl::unexpected(ok.error());
-    auto response = co_await sandbox_.execute(files::ls_command(path), std::nullopt);
+    auto target = co_await Internals::resolve(*this, "ls", path, false);
+    if (auto* code = std::get_if<std::string>(&target)) co_return LsResult{"Path '" + path + "': " + *code, {}};
+    auto& t = std::get<Target>(target);
+    auto response = co_await sandbox_.execute(files::ls_command(t.real), std::nullopt);
     if (!response) co_return tl::unexpected(response.error());
-    co_return files::parse_ls_output(path, response->output);
+    co_return files::parse_ls_output(t.shown, response->output);
 }
 
 asio::awaitable<Result<ReadResult>> FileOps::read(std::string path, long long offset, long long limit) {
     if (auto ok = check_argument("path", path); !ok) co_return tl::unexpected(ok.error());
     offset = std::max(offset, 0LL);
     limit = std::max(limit, 0LL);
-    auto kind = files::file_kind(path);
-    auto response = co_await sandbox_.execute(files::read_command(path, kind, offset, limit), std::nullopt);
+    ReadResult result;
+    auto target = co_await Internals::resolve(*this, "read", path, false);
+    if (auto* code = std::get_if<std::string>(&target)) {
+        result.error = "File '" + path + "': " + *code;
+        co_return result;
+    }
+    auto& t = std::get<Target>(target);
+    auto kind = files::file_kind(t.real);
+    auto response = co_await sandbox_.execute(files::read_command(t.real, kind, offset, limit), std::nullopt);
     if (!response) co_return tl::unexpected(response.error());
     auto parsed = files::parse_read_output(response->output, response->truncated);
-    ReadResult result;
     if (parsed.error) {
         result.error = "File '" + path + "': " + *parsed.error;
     } else if (parsed.too_large_binary) {
@@ -70,11 +133,16 @@ asio::awaitable<Result<ReadResult>> FileOps::read(std::string path, long long of
 
 asio::awaitable<Result<WriteResult>> FileOps::write(std::string path, std::string content) {
     if (auto ok = check_argument("path", path); !ok) co_return tl::unexpected(ok.error());
+    WriteResult result;
+    auto target = co_await Internals::resolve(*this, "write", path, true);
+    if (auto* code = std::get_if<std::string>(&target)) {
+        result.error = "Failed to write file '" + path + "': " + *code;
+        co_return result;
+    }
     std::vector<std::pair<std::string, std::string>> files;
-    files.emplace_back(path, std::move(content));
+    files.emplace_back(std::get<Target>(target).real, std::move(content));
     auto responses = co_await sandbox_.upload_files(std::move(files));
     if (!responses) co_return tl::unexpected(responses.error());
-    WriteResult result;
     if (responses->empty()) result.error = "Failed to write file '" + path + "': upload returned no response";
     else if (responses->front().error)
         result.error = "Failed to write file '" + path + "': " + *responses->front().error;
@@ -85,10 +153,16 @@ asio::awaitable<Result<WriteResult>> FileOps::write(std::string path, std::strin
 asio::awaitable<Result<EditResult>> FileOps::edit(std::string path, std::string old_string, std::string new_string,
                                                   bool replace_all) {
     if (auto ok = check_argument("path", path); !ok) co_return tl::unexpected(ok.error());
-    std::vector<std::string> paths{path};
+    EditResult result;
+    auto target = co_await Internals::resolve(*this, "edit", path, true);
+    if (auto* code = std::get_if<std::string>(&target)) {
+        result.error = files::edit_error_text(*code, path, old_string);
+        co_return result;
+    }
+    const std::string real = std::get<Target>(target).real;
+    std::vector<std::string> paths{real};
     auto downloaded = co_await sandbox_.download_files(std::move(paths));
     if (!downloaded) co_return tl::unexpected(downloaded.error());
-    EditResult result;
     if (downloaded->empty()) {
         result.error = "Error editing file '" + path + "': download returned no response";
         co_return result;
@@ -106,7 +180,7 @@ asio::awaitable<Result<EditResult>> FileOps::edit(std::string path, std::string 
         co_return result;
     }
     std::vector<std::pair<std::string, std::string>> upload;
-    upload.emplace_back(path, std::move(outcome.content));
+    upload.emplace_back(real, std::move(outcome.content));
     auto uploaded = co_await sandbox_.upload_files(std::move(upload));
     if (!uploaded) co_return tl::unexpected(uploaded.error());
     if (uploaded->empty() || uploaded->front().error) {
@@ -121,7 +195,10 @@ asio::awaitable<Result<EditResult>> FileOps::edit(std::string path, std::string 
 
 asio::awaitable<Result<RemoveResult>> FileOps::remove(std::string path) {
     if (auto ok = check_argument("path", path); !ok) co_return tl::unexpected(ok.error());
-    auto response = co_await sandbox_.execute(files::remove_command(path), std::nullopt);
+    auto target = co_await Internals::resolve(*this, "remove", path, true);
+    if (auto* code = std::get_if<std::string>(&target))
+        co_return RemoveResult{"Error deleting file '" + path + "': " + *code, {}};
+    auto response = co_await sandbox_.execute(files::remove_command(std::get<Target>(target).real), std::nullopt);
     if (!response) co_return tl::unexpected(response.error());
     co_return files::parse_remove_output(path, response->output, response->exit_code);
 }
@@ -131,13 +208,19 @@ asio::awaitable<Result<GrepResult>> FileOps::grep(std::string pattern, std::stri
     for (auto [what, value] :
          {std::pair<const char*, std::string_view>{"pattern", pattern}, {"path", path}, {"glob", glob}})
         if (auto ok = check_argument(what, value); !ok) co_return tl::unexpected(ok.error());
-    if (path.empty()) path = ".";
-    auto command = files::grep_command(path, pattern, prefilter_is_exact(glob) ? max_count : std::nullopt,
-                                       files::grep_prefilter(glob));
+    path = Internals::default_path(*this, std::move(path), ".");
+    GrepResult result;
+    auto target = co_await Internals::resolve(*this, "grep", path, false);
+    if (auto* code = std::get_if<std::string>(&target)) {
+        result.error = "Path '" + path + "': " + *code;
+        co_return result;
+    }
+    auto command =
+        files::grep_command(std::get<Target>(target).real, pattern, prefilter_is_exact(glob) ? max_count : std::nullopt,
+                            files::grep_prefilter(glob));
     auto response = co_await sandbox_.execute(std::move(command), grep_timeout);
     if (!response) co_return tl::unexpected(response.error());
     if (timed_out(*response)) {
-        GrepResult result;
         result.error = timeout_text("grep", grep_timeout);
         co_return result;
     }
@@ -147,11 +230,17 @@ asio::awaitable<Result<GrepResult>> FileOps::grep(std::string pattern, std::stri
 asio::awaitable<Result<GlobResult>> FileOps::glob(std::string pattern, std::string path) {
     for (auto [what, value] : {std::pair<const char*, std::string_view>{"pattern", pattern}, {"path", path}})
         if (auto ok = check_argument(what, value); !ok) co_return tl::unexpected(ok.error());
-    if (path.empty()) path = "/";
-    auto response = co_await sandbox_.execute(files::glob_command(path, files::glob_prefilter(pattern)), glob_timeout);
+    path = Internals::default_path(*this, std::move(path), "/");
+    GlobResult result;
+    auto target = co_await Internals::resolve(*this, "glob", path, false);
+    if (auto* code = std::get_if<std::string>(&target)) {
+        result.error = "Path '" + path + "': " + *code;
+        co_return result;
+    }
+    auto response = co_await sandbox_.execute(
+        files::glob_command(std::get<Target>(target).real, files::glob_prefilter(pattern)), glob_timeout);
     if (!response) co_return tl::unexpected(response.error());
     if (timed_out(*response)) {
-        GlobResult result;
         result.error = timeout_text("glob", glob_timeout);
         co_return result;
     }

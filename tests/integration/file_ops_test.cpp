@@ -268,3 +268,127 @@ INSTANTIATE_TEST_SUITE_P(Images, FileOpsTest, ::testing::Values("busybox", "debi
                          [](const auto& info) { return std::string(info.param) == "busybox" ? "busybox" : "debian"; });
 
 }  // namespace
+
+namespace {
+
+class FilePolicyTest : public kubesandbox::test::LocalClusterTest {};
+
+std::vector<std::string> outcomes(const std::vector<AuditEvent>& events) {
+    std::vector<std::string> out;
+    for (const auto& e : events) {
+        std::string outcome;
+        for (const auto& [k, v] : e.metadata)
+            if (k == "outcome") outcome = v;
+        out.push_back(e.operation + " " + e.target + " " + outcome);
+    }
+    return out;
+}
+
+TEST_F(FilePolicyTest, VirtualRootAndWritePrefixesHoldAgainstTraversalAndSymlinks) {
+    RawProviderOptions cfg;
+    cfg.image = "busybox";
+    cfg.startup_timeout = 60s;
+    RawProvider p(client(), cfg);
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create_pod();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        std::string pod = (*sb)->pod_name();
+        std::shared_ptr<Sandbox> sandbox = std::move(*sb);
+        auto setup = co_await sandbox->execute(
+            "mkdir -p root/sub root/secret && ln -s /etc root/etc_link && ln -s /tmp root/sub/tmp_link && echo ok");
+        EXPECT_TRUE(setup && setup->output == "ok\n");
+
+        std::vector<AuditEvent> events;
+        FileOpsOptions options;
+        options.root_dir = "/workspace/root";
+        options.policy.allow_prefixes = {"/workspace/root"};
+        options.policy.deny_prefixes = {"/workspace/root/secret"};
+        options.policy.audit = [&](const AuditEvent& e) -> Result<void> {
+            events.push_back(e);
+            return {};
+        };
+        FileOps files(*sandbox, options);
+
+        auto w = co_await files.write("/a.txt", "needle\n");
+        EXPECT_TRUE(w && w->path == "/a.txt" && !w->error) << (w ? w->error.value_or("") : "");
+        auto real = co_await sandbox->execute("cat /workspace/root/a.txt");
+        EXPECT_TRUE(real && real->output == "needle\n");
+        auto ls = co_await files.ls("/");
+        EXPECT_TRUE(ls && ls->entries &&
+                    paths_of(*ls->entries) == (std::vector<std::string>{"/a.txt", "/etc_link", "/secret", "/sub"}));
+        auto g = co_await files.glob("*.txt", "");
+        EXPECT_TRUE(g && g->matches && paths_of(*g->matches) == (std::vector<std::string>{"/a.txt"}));
+        auto gr = co_await files.grep("needle", "", "", std::nullopt);
+        EXPECT_TRUE(gr && gr->matches && gr->matches->size() == 1 && gr->matches->front().path == "/a.txt");
+        auto r = co_await files.read("/sub/../a.txt");
+        EXPECT_TRUE(r && r->file_data && r->file_data->content == "needle");
+
+        // Escapes: lexical traversal, a symlinked parent, a denied prefix, link/.. tricks.
+        r = co_await files.read("/../../etc/passwd");
+        EXPECT_TRUE(r && r->error == "File '/../../etc/passwd': invalid_path");
+        w = co_await files.write("/etc_link/evil", "x");
+        EXPECT_TRUE(w && w->error == "Failed to write file '/etc_link/evil': permission_denied");
+        w = co_await files.write("/secret/x", "y");
+        EXPECT_TRUE(w && w->error == "Failed to write file '/secret/x': permission_denied");
+        auto e = co_await files.edit("/secret/x", "a", "b", false);
+        EXPECT_TRUE(e && e->error == "Error: Permission denied editing file '/secret/x'");
+        auto d = co_await files.remove("/etc_link");  // the link itself resolves to /etc: refused
+        EXPECT_TRUE(d && d->error == "Error deleting file '/etc_link': permission_denied");
+        w = co_await files.write("/sub/tmp_link/../../b.txt", "z");  // lexically /b.txt below the root
+        EXPECT_TRUE(w && !w->error);
+        auto where = co_await sandbox->execute("ls /workspace/root/b.txt /b.txt 2>/dev/null");
+        EXPECT_TRUE(where && where->output == "/workspace/root/b.txt\n");
+        auto etc = co_await sandbox->execute("ls /etc/evil 2>/dev/null | wc -l");
+        EXPECT_TRUE(etc && etc->output == "0\n");
+
+        auto seen = outcomes(events);
+        for (const char* want :
+             {"write /a.txt allowed", "read /../../etc/passwd invalid", "write /etc_link/evil denied",
+              "write /secret/x denied", "edit /secret/x denied", "remove /etc_link denied"})
+            EXPECT_NE(std::find(seen.begin(), seen.end(), want), seen.end()) << want;
+
+        // The same policy around the sandbox itself: commands, uploads, downloads.
+        FilePolicy policy;
+        policy.allow_prefixes = {"/workspace"};
+        policy.deny_commands = {"rm -rf"};
+        std::vector<AuditEvent> raw_events;
+        bool audit_works = true;
+        policy.audit = [&](const AuditEvent& ev) -> Result<void> {
+            raw_events.push_back(ev);
+            if (!audit_works) return fail(errc::io_error, "audit store down");
+            return {};
+        };
+        policy.fail_closed = true;
+        policy.logger = Logger::silent();
+        PolicySandbox guarded(sandbox, policy);
+        auto refused = co_await guarded.execute("cd /workspace && rm -rf root");
+        EXPECT_TRUE(refused && refused->exit_code == 126 &&
+                    refused->output == "Error: command refused by policy (it contains 'rm -rf')");
+        auto still = co_await sandbox->execute("test -d /workspace/root && echo kept");
+        EXPECT_TRUE(still && still->output == "kept\n");
+        std::vector<std::pair<std::string, std::string>> up{
+            {"/workspace/ok.txt", "1"}, {"/etc/evil", "2"}, {"/workspace/root/etc_link/evil2", "3"}, {"rel", "4"}};
+        auto uploaded = co_await guarded.upload_files(up);
+        EXPECT_TRUE(uploaded && uploaded->size() == 4);
+        if (uploaded && uploaded->size() == 4) {
+            EXPECT_FALSE((*uploaded)[0].error);
+            EXPECT_EQ((*uploaded)[1].error, "permission_denied");
+            EXPECT_EQ((*uploaded)[2].error, "permission_denied");
+            EXPECT_EQ((*uploaded)[3].error, "invalid_path");
+            EXPECT_EQ((*uploaded)[2].path, "/workspace/root/etc_link/evil2");
+        }
+        audit_works = false;  // fail closed: nothing runs without its audit record
+        auto blind = co_await guarded.execute("touch /workspace/unaudited");
+        EXPECT_TRUE(blind && blind->exit_code == 126);
+        std::vector<std::string> down{"/workspace/ok.txt"};
+        auto downloaded = co_await guarded.download_files(down);
+        EXPECT_TRUE(downloaded && downloaded->front().error == "permission_denied");
+        auto none = co_await sandbox->execute("test -e /workspace/unaudited && echo yes || echo no");
+        EXPECT_TRUE(none && none->output == "no\n");
+        EXPECT_EQ(raw_events.size(), 7u);
+        co_await p.delete_sandbox(pod);
+    });
+}
+
+}  // namespace

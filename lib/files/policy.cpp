@@ -1,0 +1,111 @@
+#include "files/policy.hpp"
+
+#include "files/glob_match.hpp"
+#include "files/text.hpp"
+
+namespace kubesandbox::files {
+
+namespace {
+
+constexpr const char* canonical_script = R"SH(for p do
+  d=${p%/*}; b=${p##*/}; rest=
+  [ -n "$d" ] || d=/
+  while [ ! -d "$d" ]; do rest=/${d##*/}$rest; d=${d%/*}; [ -n "$d" ] || d=/; done
+  r=$(cd -- "$d" 2>/dev/null && pwd -P) || r=$d
+  r=${r%/}$rest/$b
+  if [ -L "$p" ]; then t=$(readlink -f "$p" 2>/dev/null) && [ -n "$t" ] && r=$t; fi
+  printf '%s\000' "$r"
+done
+)SH";
+
+// Segments after resolving "." and ".."; `climbed` set when ".." went above the start.
+std::vector<std::string_view> resolve_segments(std::string_view path, bool& climbed) {
+    std::vector<std::string_view> out;
+    climbed = false;
+    for (auto s : split_segments(path)) {
+        if (s == ".") continue;
+        if (s == "..") {
+            if (out.empty()) climbed = true;
+            else out.pop_back();
+            continue;
+        }
+        out.push_back(s);
+    }
+    return out;
+}
+
+std::string join_segments(const std::vector<std::string_view>& segments) {
+    std::string out;
+    for (auto s : segments) out.append("/").append(s);
+    return out.empty() ? "/" : out;
+}
+
+bool covers(std::string_view prefix, std::string_view path) {
+    auto p = normalize_absolute(prefix);
+    if (!p) return false;
+    if (*p == "/") return true;
+    return path == *p || (path.size() > p->size() && path.substr(0, p->size()) == *p && path[p->size()] == '/');
+}
+
+}  // namespace
+
+std::optional<std::string> normalize_absolute(std::string_view path) {
+    if (path.empty() || path[0] != '/') return std::nullopt;
+    bool climbed = false;
+    return join_segments(resolve_segments(path, climbed));
+}
+
+std::optional<std::string> virtual_to_real(std::string_view root, std::string_view virtual_path) {
+    bool climbed = false;
+    auto segments = resolve_segments(virtual_path, climbed);
+    if (climbed) return std::nullopt;
+    auto base = normalize_absolute(root);
+    if (!base) return std::nullopt;
+    if (segments.empty()) return *base;
+    std::string rel = join_segments(segments);
+    return *base == "/" ? rel : *base + rel;
+}
+
+bool write_allowed(const FilePolicy& policy, std::string_view canonical) {
+    for (const auto& d : policy.deny_prefixes)
+        if (covers(d, canonical)) return false;
+    if (policy.allow_prefixes.empty()) return true;
+    for (const auto& a : policy.allow_prefixes)
+        if (covers(a, canonical)) return true;
+    return false;
+}
+
+std::optional<std::string> denied_command(const FilePolicy& policy, std::string_view command) {
+    for (const auto& d : policy.deny_commands)
+        if (!d.empty() && command.find(d) != std::string_view::npos) return d;
+    return std::nullopt;
+}
+
+std::string canonical_paths_command(const std::vector<std::string>& paths) {
+    std::string cmd = "set --";
+    for (const auto& p : paths) cmd += " " + shell_quote(p);
+    return cmd + "\n" + canonical_script;
+}
+
+std::optional<std::vector<std::string>> parse_canonical_paths(std::string_view output, std::size_t count) {
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    for (std::size_t z; (z = output.find('\0', start)) != std::string_view::npos; start = z + 1) {
+        auto normal = normalize_absolute(output.substr(start, z - start));
+        if (!normal) return std::nullopt;
+        out.push_back(std::move(*normal));
+    }
+    if (out.size() != count || start != output.size()) return std::nullopt;
+    return out;
+}
+
+bool audit(const FilePolicy& policy, AuditEvent event) {
+    if (!policy.audit) return true;
+    auto recorded = policy.audit(event);
+    if (recorded) return true;
+    policy.logger.warning("audit hook failed for " + event.operation + ": " + recorded.error().describe() +
+                          (policy.fail_closed ? " (operation refused)" : " (operation proceeds)"));
+    return !policy.fail_closed;
+}
+
+}  // namespace kubesandbox::files

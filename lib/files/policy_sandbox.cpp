@@ -1,0 +1,116 @@
+// PolicySandbox: a FilePolicy in front of another sandbox's execute/upload/download.
+#include <kubesandbox/file_policy.hpp>
+
+#include "files/policy.hpp"
+
+namespace kubesandbox {
+
+namespace asio = boost::asio;
+
+PolicySandbox::PolicySandbox(std::shared_ptr<Sandbox> inner, FilePolicy policy)
+    : inner_(std::move(inner)), policy_(std::move(policy)) {}
+
+asio::awaitable<Result<ExecuteResponse>> PolicySandbox::execute(std::string command,
+                                                                std::optional<std::chrono::seconds> timeout) {
+    AuditEvent event{"execute", command, {}};
+    if (auto denied = files::denied_command(policy_, command)) {
+        event.metadata.emplace_back("outcome", "denied");
+        event.metadata.emplace_back("matched", *denied);
+        files::audit(policy_, std::move(event));
+        co_return ExecuteResponse{"Error: command refused by policy (it contains '" + *denied + "')", 126, false};
+    }
+    event.metadata.emplace_back("outcome", "allowed");
+    if (!files::audit(policy_, std::move(event)))
+        co_return ExecuteResponse{"Error: command refused: the audit record could not be written", 126, false};
+    co_return co_await inner_->execute(std::move(command), timeout);
+}
+
+asio::awaitable<Result<std::vector<FileUploadResponse>>> PolicySandbox::upload_files(
+    std::vector<std::pair<std::string, std::string>> files) {
+    std::vector<FileUploadResponse> out(files.size());
+    std::vector<std::optional<std::string>> canonical(files.size());
+    if (policy_.restricts_writes()) {
+        std::vector<std::string> normal;
+        std::vector<std::size_t> which;
+        for (std::size_t i = 0; i < files.size(); ++i) {
+            out[i].path = files[i].first;
+            if (auto n = files::normalize_absolute(files[i].first)) {
+                canonical[i] = *n;
+                normal.push_back(*n);
+                which.push_back(i);
+            }
+        }
+        if (policy_.resolve_symlinks && !normal.empty()) {
+            auto resolved = co_await inner_->execute(files::canonical_paths_command(normal), std::nullopt);
+            if (!resolved) co_return tl::unexpected(resolved.error());
+            auto parsed = files::parse_canonical_paths(resolved->output, normal.size());
+            for (std::size_t k = 0; k < which.size(); ++k)
+                canonical[which[k]] = parsed ? (*parsed)[k] : std::optional<std::string>();
+        }
+    }
+    std::vector<std::pair<std::string, std::string>> allowed;
+    std::vector<std::size_t> slots;
+    for (std::size_t i = 0; i < files.size(); ++i) {
+        out[i].path = files[i].first;
+        AuditEvent event{"upload", files[i].first, {{"bytes", std::to_string(files[i].second.size())}}};
+        bool ok = true;
+        if (policy_.restricts_writes()) {
+            // A relative path is the sandbox's invalid_path; one that could not be resolved is refused.
+            bool relative = files[i].first.empty() || files[i].first[0] != '/';
+            if (relative) {
+                out[i].error = file_error::invalid_path;
+                ok = false;
+            } else if (!canonical[i] || !files::write_allowed(policy_, *canonical[i])) {
+                out[i].error = file_error::permission_denied;
+                ok = false;
+            }
+            if (canonical[i]) event.metadata.emplace_back("canonical", *canonical[i]);
+        }
+        event.metadata.emplace_back("outcome", ok ? "allowed" : "denied");
+        bool recorded = files::audit(policy_, std::move(event));
+        if (ok && !recorded) {
+            out[i].error = file_error::permission_denied;
+            ok = false;
+        }
+        if (ok) {
+            // Write where the check looked (the canonical path), not where "link/../x" would lead.
+            if (canonical[i]) files[i].first = *canonical[i];
+            allowed.push_back(std::move(files[i]));
+            slots.push_back(i);
+        }
+    }
+    if (!allowed.empty()) {
+        auto inner = co_await inner_->upload_files(std::move(allowed));
+        if (!inner) co_return tl::unexpected(inner.error());
+        for (std::size_t k = 0; k < slots.size() && k < inner->size(); ++k) {
+            std::string original = std::move(out[slots[k]].path);
+            out[slots[k]] = std::move((*inner)[k]);
+            out[slots[k]].path = std::move(original);
+        }
+    }
+    co_return out;
+}
+
+asio::awaitable<Result<std::vector<FileDownloadResponse>>> PolicySandbox::download_files(
+    std::vector<std::string> paths) {
+    std::vector<FileDownloadResponse> out(paths.size());
+    std::vector<std::string> allowed;
+    std::vector<std::size_t> slots;
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+        out[i].path = paths[i];
+        if (!files::audit(policy_, AuditEvent{"download", paths[i], {{"outcome", "allowed"}}})) {
+            out[i].error = file_error::permission_denied;
+            continue;
+        }
+        allowed.push_back(paths[i]);
+        slots.push_back(i);
+    }
+    if (!allowed.empty()) {
+        auto inner = co_await inner_->download_files(std::move(allowed));
+        if (!inner) co_return tl::unexpected(inner.error());
+        for (std::size_t k = 0; k < slots.size() && k < inner->size(); ++k) out[slots[k]] = std::move((*inner)[k]);
+    }
+    co_return out;
+}
+
+}  // namespace kubesandbox
