@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# README's first command: installs what is missing, builds, and runs the quickstart against the
-# embedded local cluster (or against $KUBECONFIG's cluster when KUBECONFIG is set).
+# README's first command: installs what is missing, builds the quickstart and the two command-line
+# tools (build-quickstart/tools/, used by README's CLI section), and runs the quickstart against
+# the embedded local cluster (or against $KUBECONFIG's cluster when KUBECONFIG is set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packages=(g++ meson ninja-build pkg-config cmake libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
@@ -17,5 +18,5 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 [ -d build-quickstart ] || meson setup build-quickstart -Dtests=false -Dbenchmarks=false >/dev/null
-ninja -C build-quickstart examples/quickstart
+ninja -C build-quickstart examples/quickstart tools/kubesandbox tools/kubesandbox-local
 exec build-quickstart/examples/quickstart

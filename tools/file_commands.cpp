@@ -18,14 +18,6 @@ namespace asio = boost::asio;
 
 namespace {
 
-std::optional<std::string> slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return std::nullopt;
-    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) return std::nullopt;
-    return data;
-}
-
 json::value optional_string(const std::optional<std::string>& s) {
     if (!s) return nullptr;
     return json::value(*s);
@@ -76,6 +68,14 @@ std::vector<std::string> paths_of(const std::optional<std::vector<FileInfo>>& in
 
 }  // namespace
 
+std::optional<std::string> read_local_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return std::nullopt;
+    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) return std::nullopt;
+    return data;
+}
+
 bool is_file_command(std::string_view name) {
     for (const char* c : {"ls", "read", "write", "edit", "glob", "grep", "rm"})
         if (name == c) return true;
@@ -91,8 +91,8 @@ std::optional<std::string> prepare_file_command(FileCommand& c) {
         if (c.old_file || c.new_file) {
             if (!c.old_file || !c.new_file) return std::string("edit needs both --old-file and --new-file");
             if (c.args.size() != 1) return std::string("edit with --old-file/--new-file needs ID PATH only");
-            auto old_s = slurp(*c.old_file);
-            auto new_s = slurp(*c.new_file);
+            auto old_s = read_local_file(*c.old_file);
+            auto new_s = read_local_file(*c.new_file);
             if (!old_s) return "cannot read " + *c.old_file;
             if (!new_s) return "cannot read " + *c.new_file;
             c.args.push_back(std::move(*old_s));

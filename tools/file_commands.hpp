@@ -25,6 +25,9 @@ struct FileCommand {
 
 bool is_file_command(std::string_view name);
 
+// A local file's bytes, or nothing when it cannot be read.
+std::optional<std::string> read_local_file(const std::string& path);
+
 // A usage problem with the arguments, or nothing. Reads --old-file/--new-file into `args`.
 std::optional<std::string> prepare_file_command(FileCommand& command);
 

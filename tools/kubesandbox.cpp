@@ -202,14 +202,6 @@ json::object to_json(const SandboxInfo& i) {
     return o;
 }
 
-std::optional<std::string> read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return std::nullopt;
-    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) return std::nullopt;
-    return data;
-}
-
 asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
     const std::string& cmd = a.command;
     if (cli::is_file_command(cmd)) {
@@ -346,7 +338,7 @@ asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
         if (!sb) co_return report(sb.error());
         json::object out;
         if (dst) {
-            auto data = read_file(a.rest[0]);
+            auto data = cli::read_local_file(a.rest[0]);
             if (!data) {
                 std::cerr << "kubesandbox: error: cannot read " << a.rest[0] << "\n";
                 co_return 1;
