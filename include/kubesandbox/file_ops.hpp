@@ -93,7 +93,9 @@ inline constexpr const char* read_truncation_message =
 
 struct FileOpsOptions {
     // Virtual root: every path is taken below root_dir ("/a" is root_dir + "/a"; ".." may not
-    // climb above it: invalid_path) and paths in results are given back below "/" again.
+    // climb above it: invalid_path) and paths in results are given back below "/" again. Writes,
+    // edits and removes also resolve symlinks in the sandbox (one more execute) and refuse a path
+    // that leads out of the root; reads are mapped lexically.
     std::string root_dir{};
     // Checked for write, edit and remove (on the canonical real path); audited for every operation.
     FilePolicy policy{};

@@ -35,12 +35,6 @@ std::string timeout_text(std::string_view op, std::chrono::seconds t) {
            "s. Try a more specific pattern or a narrower path.";
 }
 
-// A grep pre-filter that is exactly the final name filter lets the sandbox stop at max_count.
-bool prefilter_is_exact(std::string_view glob) {
-    return glob.empty() ||
-           (glob.find('/') == std::string_view::npos && glob.find_first_of("?[\\") == std::string_view::npos);
-}
-
 }  // namespace
 
 // real: what the sandbox sees; shown: what the caller gave (and sees in results).
@@ -66,18 +60,28 @@ struct FileOps::Internals {
             if (!real) co_return refuse(file_error::invalid_path);
             t.real = std::move(*real);
         }
-        if (writes && policy.restricts_writes()) {
+        const bool rooted = !self.options_.root_dir.empty();
+        if (writes && (policy.restricts_writes() || rooted)) {
             auto canonical = files::normalize_absolute(t.real);
             if (!canonical) co_return refuse(file_error::invalid_path);
+            const bool removes = std::string_view(op) == "remove";
             if (policy.resolve_symlinks) {
-                std::vector<std::string> one{*canonical};
-                auto resolved = co_await self.sandbox_.execute(files::canonical_paths_command(one), std::nullopt);
-                auto parsed = resolved ? files::parse_canonical_paths(resolved->output, 1) : std::nullopt;
-                if (!parsed) co_return refuse(file_error::permission_denied);  // cannot tell: do not write
-                canonical = parsed->front();
+                // rm removes a symlink itself: resolve only its folders. A write follows it.
+                std::vector<std::string> paths{*canonical};
+                if (rooted) paths.push_back(*files::normalize_absolute(self.options_.root_dir));
+                auto resolved =
+                    co_await self.sandbox_.execute(files::canonical_paths_command(!removes, paths), std::nullopt);
+                auto parsed = resolved ? files::parse_canonical_paths(resolved->output, paths.size()) : std::nullopt;
+                if (!parsed || !parsed->front()) co_return refuse(file_error::permission_denied);  // cannot tell
+                canonical = *parsed->front();
+                // A symlink below the root may lead out of it: the resolved path must stay inside.
+                if (rooted && (!parsed->back() || !files::path_covers(*parsed->back(), *canonical)))
+                    co_return refuse(file_error::invalid_path);
             }
             event.metadata.emplace_back("canonical", *canonical);
-            if (!files::write_allowed(policy, *canonical)) co_return refuse(file_error::permission_denied);
+            bool allowed =
+                removes ? files::remove_allowed(policy, *canonical) : files::write_allowed(policy, *canonical);
+            if (!allowed) co_return refuse(file_error::permission_denied);
             // Write where the check looked: "link/../x" would otherwise resolve differently in the sandbox.
             t.real = *canonical;
         }
@@ -106,8 +110,8 @@ asio::awaitable<Result<LsResult>> FileOps::ls(std::string path) {
 
 asio::awaitable<Result<ReadResult>> FileOps::read(std::string path, long long offset, long long limit) {
     if (auto ok = check_argument("path", path); !ok) co_return tl::unexpected(ok.error());
-    offset = std::max(offset, 0LL);
-    limit = std::max(limit, 0LL);
+    offset = std::clamp(offset, 0LL, files::max_read_offset);
+    limit = std::clamp(limit, 0LL, files::max_read_offset);
     ReadResult result;
     auto target = co_await Internals::resolve(*this, "read", path, false);
     if (auto* code = std::get_if<std::string>(&target)) {
@@ -215,9 +219,10 @@ asio::awaitable<Result<GrepResult>> FileOps::grep(std::string pattern, std::stri
         result.error = "Path '" + path + "': " + *code;
         co_return result;
     }
+    // No early stop in the sandbox: lines of binary files are dropped only afterwards, and the
+    // first max_count are taken in name order here.
     auto command =
-        files::grep_command(std::get<Target>(target).real, pattern, prefilter_is_exact(glob) ? max_count : std::nullopt,
-                            files::grep_prefilter(glob));
+        files::grep_command(std::get<Target>(target).real, pattern, std::nullopt, files::grep_prefilter(glob));
     auto response = co_await sandbox_.execute(std::move(command), grep_timeout);
     if (!response) co_return tl::unexpected(response.error());
     if (timed_out(*response)) {

@@ -7,13 +7,21 @@ namespace kubesandbox::files {
 
 namespace {
 
-constexpr const char* canonical_script = R"SH(for p do
+// $1: follow (a final symlink is resolved: where a write lands) or parent (only the folders:
+// what rm removes). An empty record refuses: a dangling symlink, a folder that cannot be entered.
+constexpr const char* canonical_script = R"SH(mode=$1; shift
+for p do
   d=${p%/*}; b=${p##*/}; rest=
   [ -n "$d" ] || d=/
   while [ ! -d "$d" ]; do rest=/${d##*/}$rest; d=${d%/*}; [ -n "$d" ] || d=/; done
-  r=$(cd -- "$d" 2>/dev/null && pwd -P) || r=$d
-  r=${r%/}$rest/$b
-  if [ -L "$p" ]; then t=$(readlink -f "$p" 2>/dev/null) && [ -n "$t" ] && r=$t; fi
+  if r=$(cd -- "$d" 2>/dev/null && pwd -P); then
+    r=${r%/}$rest/$b
+    if [ "$mode" = follow ] && [ -L "$p" ]; then
+      if [ -e "$p" ]; then r=$(readlink -f "$p" 2>/dev/null) || r=; else r=; fi
+    fi
+  else
+    r=
+  fi
   printf '%s\000' "$r"
 done
 )SH";
@@ -40,14 +48,14 @@ std::string join_segments(const std::vector<std::string_view>& segments) {
     return out.empty() ? "/" : out;
 }
 
-bool covers(std::string_view prefix, std::string_view path) {
+}  // namespace
+
+bool path_covers(std::string_view prefix, std::string_view path) {
     auto p = normalize_absolute(prefix);
     if (!p) return false;
     if (*p == "/") return true;
     return path == *p || (path.size() > p->size() && path.substr(0, p->size()) == *p && path[p->size()] == '/');
 }
-
-}  // namespace
 
 std::optional<std::string> normalize_absolute(std::string_view path) {
     if (path.empty() || path[0] != '/') return std::nullopt;
@@ -68,11 +76,18 @@ std::optional<std::string> virtual_to_real(std::string_view root, std::string_vi
 
 bool write_allowed(const FilePolicy& policy, std::string_view canonical) {
     for (const auto& d : policy.deny_prefixes)
-        if (covers(d, canonical)) return false;
+        if (path_covers(d, canonical)) return false;
     if (policy.allow_prefixes.empty()) return true;
     for (const auto& a : policy.allow_prefixes)
-        if (covers(a, canonical)) return true;
+        if (path_covers(a, canonical)) return true;
     return false;
+}
+
+bool remove_allowed(const FilePolicy& policy, std::string_view canonical) {
+    if (!write_allowed(policy, canonical)) return false;
+    for (const auto& d : policy.deny_prefixes)
+        if (path_covers(canonical, d)) return false;  // rm -rf of a folder holding a denied one
+    return true;
 }
 
 std::optional<std::string> denied_command(const FilePolicy& policy, std::string_view command) {
@@ -81,20 +96,18 @@ std::optional<std::string> denied_command(const FilePolicy& policy, std::string_
     return std::nullopt;
 }
 
-std::string canonical_paths_command(const std::vector<std::string>& paths) {
-    std::string cmd = "set --";
+std::string canonical_paths_command(bool follow_last, const std::vector<std::string>& paths) {
+    std::string cmd = follow_last ? "set -- follow" : "set -- parent";
     for (const auto& p : paths) cmd += " " + shell_quote(p);
     return cmd + "\n" + canonical_script;
 }
 
-std::optional<std::vector<std::string>> parse_canonical_paths(std::string_view output, std::size_t count) {
-    std::vector<std::string> out;
+std::optional<std::vector<std::optional<std::string>>> parse_canonical_paths(std::string_view output,
+                                                                             std::size_t count) {
+    std::vector<std::optional<std::string>> out;
     std::size_t start = 0;
-    for (std::size_t z; (z = output.find('\0', start)) != std::string_view::npos; start = z + 1) {
-        auto normal = normalize_absolute(output.substr(start, z - start));
-        if (!normal) return std::nullopt;
-        out.push_back(std::move(*normal));
-    }
+    for (std::size_t z; (z = output.find('\0', start)) != std::string_view::npos; start = z + 1)
+        out.push_back(normalize_absolute(output.substr(start, z - start)));  // empty or relative: refused
     if (out.size() != count || start != output.size()) return std::nullopt;
     return out;
 }

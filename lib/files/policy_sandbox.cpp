@@ -41,7 +41,7 @@ asio::awaitable<Result<std::vector<FileUploadResponse>>> PolicySandbox::upload_f
             }
         }
         if (policy_.resolve_symlinks && !normal.empty()) {
-            auto resolved = co_await inner_->execute(files::canonical_paths_command(normal), std::nullopt);
+            auto resolved = co_await inner_->execute(files::canonical_paths_command(true, normal), std::nullopt);
             if (!resolved) co_return tl::unexpected(resolved.error());
             auto parsed = files::parse_canonical_paths(resolved->output, normal.size());
             for (std::size_t k = 0; k < which.size(); ++k)

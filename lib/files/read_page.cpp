@@ -142,7 +142,7 @@ ParsedRead parse_read_output(std::string_view out, bool output_truncated) {
 }
 
 ReadResult read_page(const ReadSource& source, FileKind kind, long long offset, long long limit) {
-    offset = std::max(offset, 0LL);
+    offset = std::clamp(offset, 0LL, max_read_offset);
     limit = std::max(limit, 0LL);
     if (source.size == 0) return content_result(file_limits::empty_content_warning, "utf-8");
     const std::string binary_too_large =
@@ -153,7 +153,8 @@ ReadResult read_page(const ReadSource& source, FileKind kind, long long offset, 
     }
     std::string_view head = source.whole ? std::string_view(source.body).substr(0, file_limits::text_probe_bytes)
                                          : std::string_view(source.head);
-    if (!valid_utf8(head, true)) {
+    // A character cut by the probe's end is fine; one cut by the end of the file is not.
+    if (!valid_utf8(head, head.size() < source.size)) {
         // Not text: whole as base64 while it fits the preview (the reference has no cap here).
         if (!source.whole) return error_result(binary_too_large);
         return content_result(base64_encode(source.body), "base64");

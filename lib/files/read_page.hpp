@@ -15,6 +15,9 @@ namespace kubesandbox::files {
 // Files up to this size come back whole (they are at most one page anyway).
 inline constexpr std::size_t whole_file_bytes = file_limits::max_output_bytes;
 
+// Offsets are clamped here (no file has this many lines; keeps offset + limit from overflowing).
+inline constexpr long long max_read_offset = 1'000'000'000'000'000LL;
+
 enum class FileKind { text, image, video, audio, document };
 
 // By extension, case-insensitive, as DeepAgents decides it.

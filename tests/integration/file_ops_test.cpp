@@ -328,13 +328,24 @@ TEST_F(FilePolicyTest, VirtualRootAndWritePrefixesHoldAgainstTraversalAndSymlink
         r = co_await files.read("/../../etc/passwd");
         EXPECT_TRUE(r && r->error == "File '/../../etc/passwd': invalid_path");
         w = co_await files.write("/etc_link/evil", "x");
-        EXPECT_TRUE(w && w->error == "Failed to write file '/etc_link/evil': permission_denied");
+        EXPECT_TRUE(w && w->error == "Failed to write file '/etc_link/evil': invalid_path");
         w = co_await files.write("/secret/x", "y");
         EXPECT_TRUE(w && w->error == "Failed to write file '/secret/x': permission_denied");
         auto e = co_await files.edit("/secret/x", "a", "b", false);
         EXPECT_TRUE(e && e->error == "Error: Permission denied editing file '/secret/x'");
-        auto d = co_await files.remove("/etc_link");  // the link itself resolves to /etc: refused
-        EXPECT_TRUE(d && d->error == "Error deleting file '/etc_link': permission_denied");
+        auto d = co_await files.remove("/etc_link");  // rm removes the link itself, not /etc
+        EXPECT_TRUE(d && d->path == "/etc_link" && !d->error) << (d ? d->error.value_or("") : "");
+        auto etc_kept = co_await sandbox->execute(
+            "test -f /etc/passwd && test ! -e /workspace/root/etc_link && echo ok && ln -s /etc "
+            "/workspace/root/etc_link");
+        EXPECT_TRUE(etc_kept && etc_kept->output == "ok\n");
+        d = co_await files.remove("/");  // the root holds the denied /secret
+        EXPECT_TRUE(d && d->error == "Error deleting file '/': permission_denied");
+        // A dangling symlink would let the write land wherever it points: refused.
+        auto dangle = co_await sandbox->execute("ln -s /tmp/not-yet/x /workspace/root/dangling && echo ok");
+        EXPECT_TRUE(dangle && dangle->output == "ok\n");
+        w = co_await files.write("/dangling", "x");
+        EXPECT_TRUE(w && w->error == "Failed to write file '/dangling': permission_denied");
         w = co_await files.write("/sub/tmp_link/../../b.txt", "z");  // lexically /b.txt below the root
         EXPECT_TRUE(w && !w->error);
         auto where = co_await sandbox->execute("ls /workspace/root/b.txt /b.txt 2>/dev/null");
@@ -343,10 +354,19 @@ TEST_F(FilePolicyTest, VirtualRootAndWritePrefixesHoldAgainstTraversalAndSymlink
         EXPECT_TRUE(etc && etc->output == "0\n");
 
         auto seen = outcomes(events);
-        for (const char* want :
-             {"write /a.txt allowed", "read /../../etc/passwd invalid", "write /etc_link/evil denied",
-              "write /secret/x denied", "edit /secret/x denied", "remove /etc_link denied"})
+        for (const char* want : {"write /a.txt allowed", "read /../../etc/passwd invalid",
+                                 "write /etc_link/evil invalid", "write /secret/x denied", "edit /secret/x denied",
+                                 "remove /etc_link allowed", "remove / denied", "write /dangling denied"})
             EXPECT_NE(std::find(seen.begin(), seen.end(), want), seen.end()) << want;
+
+        // A virtual root alone (no prefixes) still keeps writes from leaving it through a symlink.
+        FileOpsOptions rooted;
+        rooted.root_dir = "/workspace/root";
+        FileOps confined(*sandbox, rooted);
+        auto out_of_root = co_await confined.write("/sub/tmp_link/escaped", "x");
+        EXPECT_TRUE(out_of_root && out_of_root->error == "Failed to write file '/sub/tmp_link/escaped': invalid_path");
+        auto escaped = co_await sandbox->execute("test -e /tmp/escaped && echo yes || echo no");
+        EXPECT_TRUE(escaped && escaped->output == "no\n");
 
         // The same policy around the sandbox itself: commands, uploads, downloads.
         FilePolicy policy;

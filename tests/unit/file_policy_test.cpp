@@ -49,12 +49,30 @@ TEST(CommandPolicy, SubstringsRefuse) {
 }
 
 TEST(CanonicalPaths, CommandQuotesAndParserChecks) {
-    auto cmd = canonical_paths_command({"/a b/it's"});
-    EXPECT_EQ(cmd.rfind("set -- '/a b/it'\\''s'\n", 0), 0u);
-    EXPECT_EQ(parse_canonical_paths("/x/y\0/z/../w\0"s, 2), (std::vector<std::string>{"/x/y", "/w"}));
+    auto cmd = canonical_paths_command(true, {"/a b/it's"});
+    EXPECT_EQ(cmd.rfind("set -- follow '/a b/it'\\''s'\n", 0), 0u);
+    EXPECT_EQ(canonical_paths_command(false, {"/x"}).rfind("set -- parent '/x'\n", 0), 0u);
+    auto parsed = parse_canonical_paths("/x/y\0/z/../w\0\0"s, 3);
+    ASSERT_TRUE(parsed);
+    EXPECT_EQ((*parsed)[0], "/x/y");
+    EXPECT_EQ((*parsed)[1], "/w");
+    EXPECT_FALSE((*parsed)[2]);  // refused by the sandbox (dangling symlink, ...)
     EXPECT_FALSE(parse_canonical_paths("/x/y\0"s, 2));
-    EXPECT_FALSE(parse_canonical_paths("/x/y\0rel\0"s, 2));
     EXPECT_FALSE(parse_canonical_paths("/x/y\0/cut"s, 1));
+    parsed = parse_canonical_paths("rel\0"s, 1);
+    ASSERT_TRUE(parsed);
+    EXPECT_FALSE((*parsed)[0]);
+}
+
+TEST(RemovePolicy, AFolderHoldingADeniedOneIsNotRemoved) {
+    FilePolicy p;
+    p.allow_prefixes = {"/work"};
+    p.deny_prefixes = {"/work/.git"};
+    EXPECT_TRUE(remove_allowed(p, "/work/a"));
+    EXPECT_FALSE(remove_allowed(p, "/work"));
+    EXPECT_FALSE(remove_allowed(p, "/work/.git/x"));
+    EXPECT_TRUE(path_covers("/work", "/work/.git"));
+    EXPECT_FALSE(path_covers("/work", "/workshop"));
 }
 
 TEST(Audit, FailOpenByDefaultFailClosedWhenAsked) {

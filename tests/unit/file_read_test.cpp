@@ -148,3 +148,21 @@ TEST(ReadCommand, QuotesThePathAsOneArgument) {
 }
 
 }  // namespace
+
+namespace {
+using namespace kubesandbox::files;
+
+TEST(ReadPage, AFileEndingMidCharacterIsBinaryAndHugeOffsetsAreSafe) {
+    ReadSource s;
+    s.whole = true;
+    s.body = "hello\xE2\x82";  // cut by the end of the file, not by the probe
+    s.size = s.body.size();
+    auto r = read_page(s, FileKind::text, 0, 10);
+    EXPECT_EQ(r.file_data->encoding, "base64");
+    s.body = "a\nb\n";
+    s.size = 4;
+    r = read_page(s, FileKind::text, 9223372036854775807LL, 9223372036854775807LL);
+    EXPECT_EQ(r.error, "Line offset 1000000000000000 exceeds file length (2 lines)");
+}
+
+}  // namespace
