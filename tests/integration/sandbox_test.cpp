@@ -28,6 +28,18 @@ using namespace std::chrono_literals;
 
 using kubesandbox::test::sleep_for;
 
+// The sandbox's processes whose `ps` line matches the grep -E pattern, polled up to 10 s until
+// none is left (a killed process takes a moment to go); what is still there, "?" if ps failed.
+asio::awaitable<std::string> processes_left(Sandbox& s, std::string pattern) {
+    std::string left = "?";
+    for (int i = 0; i < 100 && !left.empty(); ++i) {
+        auto ps = co_await s.execute("ps | grep -E '" + pattern + "' | grep -v grep || true");
+        left = ps ? ps->output : "?";
+        if (!left.empty()) co_await sleep_for(100ms);
+    }
+    co_return left;
+}
+
 class SandboxTest : public kubesandbox::test::LocalClusterTest {
 protected:
     RawProvider provider(std::string image = "busybox") {
@@ -205,13 +217,7 @@ TEST_F(SandboxTest, ACancelledExecuteKillsItsCommand) {
                                give_up.async_wait(asio::as_tuple(asio::use_awaitable)));
         EXPECT_EQ(first.index(), 1u);
         EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
-        std::string left = "?";
-        for (int i = 0; i < 100 && !left.empty(); ++i) {
-            auto ps = co_await s.execute("ps | grep -E 'sleep 31[13]' | grep -v grep || true");
-            left = ps ? ps->output : "?";
-            if (!left.empty()) co_await sleep_for(100ms);
-        }
-        EXPECT_EQ(left, "") << "the cancelled command survived";
+        EXPECT_EQ(co_await processes_left(s, "sleep 31[13]"), "") << "the cancelled command survived";
         co_await p.delete_sandbox(s.pod_name());
     });
 }
@@ -238,13 +244,7 @@ TEST_F(SandboxTest, CancellationStillReachesACallerAfterTransfers) {
         auto first = co_await (agent_turn() || give_up.async_wait(asio::as_tuple(asio::use_awaitable)));
         EXPECT_EQ(first.index(), 1u);
         EXPECT_LT(std::chrono::steady_clock::now() - start, 15s);
-        std::string left = "?";
-        for (int i = 0; i < 100 && !left.empty(); ++i) {
-            auto ps = co_await s.execute("ps | grep 'sleep 312' | grep -v grep || true");
-            left = ps ? ps->output : "?";
-            if (!left.empty()) co_await sleep_for(100ms);
-        }
-        EXPECT_EQ(left, "") << "the cancelled command survived";
+        EXPECT_EQ(co_await processes_left(s, "sleep 312"), "") << "the cancelled command survived";
         co_await p.delete_sandbox(s.pod_name());
     });
 }
