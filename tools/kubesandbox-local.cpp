@@ -19,7 +19,8 @@ void usage(std::FILE* out) {
                  "\n"
                  "Runs a local Kubernetes API emulator whose pods are bubblewrap-isolated processes.\n"
                  "\n"
-                 "  --kubeconfig PATH        write a kubeconfig for the cluster here (atomically, once ready)\n"
+                 "  --kubeconfig PATH        write a kubeconfig for the cluster here (atomically, once ready),\n"
+                 "                           and the sandbox router's URL and token as PATH.router\n"
                  "  --port N                 listen on port N (default: a free port)\n"
                  "  --bind ADDR              listen address (default 127.0.0.1; other addresses expose the API)\n"
                  "  --data-dir DIR           keep pod working directories here (default: a temporary directory)\n"
@@ -138,8 +139,14 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "kubesandbox-local: %s\n", w.error().describe().c_str());
         return 1;
     }
+    if (auto w = (*cluster)->write_router_config(kubeconfig + ".router"); !w) {
+        std::fprintf(stderr, "kubesandbox-local: %s\n", w.error().describe().c_str());
+        return 1;
+    }
     std::fprintf(stderr, "kubesandbox-local: serving %s (kubeconfig %s)\n", (*cluster)->url().c_str(),
                  kubeconfig.c_str());
+    std::fprintf(stderr, "kubesandbox-local: sandbox router %s (token in %s.router)\n",
+                 (*cluster)->router_url().c_str(), kubeconfig.c_str());
     int received = 0;
     signals.async_wait([&](const boost::system::error_code& ec, int sig) {
         if (!ec) received = sig;

@@ -19,6 +19,7 @@ namespace kubesandbox {
 struct LocalClusterOptions {
     std::string bind_address = "127.0.0.1";  // loopback unless told otherwise
     std::uint16_t port = 0;                  // 0 = a free port
+    std::uint16_t router_port = 0;           // the sandbox router's (plain HTTP); 0 = a free port
     bool tls = true;                         // HTTPS with a generated CA; false = plain HTTP
     std::filesystem::path data_dir{};        // empty = a temporary directory removed on stop
     std::string token{};                     // bearer token; empty = random
@@ -35,6 +36,9 @@ struct LocalClusterOptions {
     // Image name (exact, or a prefix ending in '*', e.g. "python:*") -> root filesystem:
     // "host" = the host's userland read-only, "busybox" = a minimal busybox root, or a directory.
     std::map<std::string, std::string> images{};
+    // kubesandbox-runtime, the HTTP runtime of agent-sandbox pods (images python-runtime-sandbox*
+    // and busybox-runtime*). Empty = $KUBESANDBOX_RUNTIME, else the installed or built program.
+    std::filesystem::path runtime_program{};
     Logger logger{};  // the kubelet's diagnostics (pods that fail to start or stop)
 };
 
@@ -67,6 +71,9 @@ public:
 
     std::string url() const;
     std::uint16_t port() const;
+    // The agent-sandbox router (http://address:port). It wants token() as a bearer token and
+    // reaches the pod named by X-Sandbox-ID in X-Sandbox-Namespace.
+    std::string router_url() const;
     const std::string& token() const;
     const std::string& ca_pem() const;  // empty for plain HTTP
     bool isolation_available() const;
@@ -76,6 +83,9 @@ public:
 
     KubeConfig kube_config(std::string namespace_name = "default") const;
     Result<void> write_kubeconfig(const std::filesystem::path& path) const;
+    // {"url": router_url(), "token": token()} as JSON, mode 0600 (kubesandbox-local writes it
+    // beside its kubeconfig as <kubeconfig>.router, where the CLI finds it).
+    Result<void> write_router_config(const std::filesystem::path& path) const;
 
     void add_fault(FaultRule rule);
     void clear_faults();

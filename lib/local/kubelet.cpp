@@ -54,6 +54,7 @@ Kubelet::Kubelet(asio::any_io_executor executor, KubeletOptions options, PodStat
     }
     std::string why;
     if (!core->build_busybox_root(why)) core->log("busybox images unavailable: " + why);
+    if (!core->install_runtime(why)) core->log("agent-sandbox runtime images unavailable: " + why);
     core->probe_isolation();
     if (core->isolation) core->start_sweeper();
     if (core->isolation) {

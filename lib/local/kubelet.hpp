@@ -31,8 +31,9 @@ struct KubeletOptions {
     std::filesystem::path data_dir;             // pods' working directories live below it
     std::map<std::string, std::string> images;  // see LocalClusterOptions::images
     bool allow_no_isolation = false;
-    std::string bwrap_program = "bwrap";  // see LocalClusterOptions::bwrap_program
-    std::int64_t pod_pids_limit = 4096;   // processes per pod (a node's podPidsLimit), with cgroups
+    std::string bwrap_program = "bwrap";    // see LocalClusterOptions::bwrap_program
+    std::int64_t pod_pids_limit = 4096;     // processes per pod (a node's podPidsLimit), with cgroups
+    std::filesystem::path runtime_program;  // kubesandbox-runtime, for runtime images; empty = none
     Logger logger{};
 };
 
@@ -69,6 +70,10 @@ public:
 
     boost::asio::awaitable<void> serve_exec(StreamRequest request);
     boost::asio::awaitable<void> serve_portforward(StreamRequest request);
+
+    // A process in the network namespace of the running pod ns/name (for connect_in_pod), or 0
+    // when no such pod runs. On the kubelet's executor.
+    int network_pid(std::string_view namespace_name, std::string_view name) const;
     boost::asio::awaitable<void> serve_log(StreamRequest request);
 
     // Kills every pod process and waits for them; used by LocalCluster::stop().

@@ -132,6 +132,13 @@ struct Core {
 
     bool build_busybox_root(std::string& why);
 
+    // Copies kubesandbox-runtime where pods can bind it from (layout.runtime_program).
+    bool install_runtime(std::string& why);
+
+    // Marks the container ready once its readinessProbe port (httpGet or tcpSocket) accepts a
+    // connection inside the pod; a container without such a probe is ready when started.
+    asio::awaitable<void> probe_readiness(std::shared_ptr<PodRecord> p, std::uint16_t port, int restart);
+
     // The configured bubblewrap program in place of the plain name bwrap_argv puts in.
     void use_bwrap_program(std::vector<std::string>& argv) const;
 

@@ -555,4 +555,11 @@ asio::awaitable<void> Kubelet::serve_portforward(StreamRequest request) {
     co_await serve_port_forward(std::move(request), pod->inner_pid);
 }
 
+int Kubelet::network_pid(std::string_view namespace_name, std::string_view name) const {
+    for (const auto& [uid, pod] : impl_->core->pods) {
+        if (pod->ns == namespace_name && pod->name == name && !pod->removed && pod->running()) return pod->inner_pid;
+    }
+    return 0;
+}
+
 }  // namespace kubesandbox::local

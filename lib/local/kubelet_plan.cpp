@@ -34,8 +34,14 @@ bool pattern_matches(std::string_view pattern, std::string_view image) {
     return pattern == image;
 }
 
-ImageRoot root_from_value(const std::string& value) {
+ImageRoot root_from_value(std::string value) {
     ImageRoot root;
+    constexpr std::string_view runtime_suffix = "+runtime";
+    if (value.size() > runtime_suffix.size() &&
+        std::string_view(value).substr(value.size() - runtime_suffix.size()) == runtime_suffix) {
+        root.runtime = true;
+        value.resize(value.size() - runtime_suffix.size());
+    }
     if (value == "host") {
         root.kind = ImageRoot::Kind::host;
         root.id = "local://host";
@@ -105,6 +111,13 @@ std::optional<ImageRoot> resolve_image(const std::map<std::string, std::string>&
         }
     }
     if (best) return root_from_value(best->second);
+    // The runtime images are known by their last path component, whatever the registry.
+    std::string_view last = short_name.substr(short_name.find_last_of('/') + 1);
+    for (const auto& [pattern, value] :
+         {std::pair<std::string_view, std::string_view>{"python-runtime-sandbox*", "host+runtime"},
+          {"busybox-runtime*", "busybox+runtime"}}) {
+        if (pattern_matches(pattern, last)) return root_from_value(std::string(value));
+    }
     static const std::pair<std::string_view, std::string_view> defaults[] = {
         {"python", "host"},  {"python:*", "host"}, {"python@*", "host"},
         {"ubuntu*", "host"}, {"debian*", "host"},  {"busybox*", "busybox"},
@@ -117,6 +130,7 @@ std::optional<ImageRoot> resolve_image(const std::map<std::string, std::string>&
 
 std::vector<std::string> default_image_command(std::string_view image, const ImageRoot& root) {
     std::string_view name = strip_registry(image);
+    if (root.runtime) return {runtime_path};
     if (root.kind == ImageRoot::Kind::host) {
         if (name.substr(0, 6) == "python") return {"python3"};
         return {"bash"};
@@ -205,6 +219,23 @@ PlanResult plan_container(const json::object& pod, const json::object& container
     plan.argv.insert(plan.argv.end(), args.begin(), args.end());
     if (plan.argv.empty()) plan.argv = default_image_command(plan.image, plan.root);
 
+    if (auto* probe = get_object(container, "readinessProbe")) {
+        const json::object* action = get_object(*probe, "httpGet");
+        if (!action) action = get_object(*probe, "tcpSocket");
+        if (action) {
+            std::optional<std::int64_t> port = get_int(action, "port");
+            if (auto* named = action->if_contains("port"); named && named->is_string()) {
+                if (auto* ports = get_array(container, "ports")) {
+                    for (const auto& cp : *ports) {
+                        if (cp.is_object() && get_string(cp.get_object(), "name") == named->get_string())
+                            port = get_int(&cp.get_object(), "containerPort");
+                    }
+                }
+            }
+            if (port && *port > 0 && *port < 65536) plan.readiness_port = static_cast<std::uint16_t>(*port);
+        }
+    }
+
     // User: container securityContext wins over the pod's; the images' default user is root.
     const json::object* pod_sc = get_object(*spec, "securityContext");
     const json::object* sc = get_object(container, "securityContext");
@@ -212,8 +243,9 @@ PlanResult plan_container(const json::object& pod, const json::object& container
     if (!uid) uid = get_int(pod_sc, "runAsUser");
     auto gid = get_int(sc, "runAsGroup");
     if (!gid) gid = get_int(pod_sc, "runAsGroup");
-    plan.uid = static_cast<std::uint32_t>(uid.value_or(0));
-    plan.gid = static_cast<std::uint32_t>(gid.value_or(0));
+    const std::int64_t image_user = plan.root.runtime ? 1000 : 0;
+    plan.uid = static_cast<std::uint32_t>(uid.value_or(image_user));
+    plan.gid = static_cast<std::uint32_t>(gid.value_or(image_user));
     auto non_root = get_bool(sc, "runAsNonRoot");
     if (!non_root) non_root = get_bool(pod_sc, "runAsNonRoot");
     if (non_root.value_or(false) && plan.uid == 0) {
@@ -281,7 +313,8 @@ PlanResult plan_container(const json::object& pod, const json::object& container
     for (const auto& key : order) plan.env.push_back(key + "=" + env_map[key]);
 
     plan.working_dir = get_string(container, "workingDir");
-    if (plan.working_dir.empty() || plan.working_dir.front() != '/') plan.working_dir = "/workspace";
+    if (plan.working_dir.empty() || plan.working_dir.front() != '/')
+        plan.working_dir = plan.root.runtime ? "/app" : "/workspace";
 
     // Volumes: emptyDir becomes a private directory; other sources are not backed by anything
     // on a local node and mount as empty read-only directories (never host paths).
@@ -371,6 +404,7 @@ std::vector<std::string> bwrap_argv(const ContainerPlan& plan, const HostLayout&
         }
     }
     a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev"});
+    if (plan.root.runtime) a.insert(a.end(), {"--ro-bind", layout.runtime_program.string(), runtime_path});
     for (const auto& m : plan.mounts) {
         a.insert(a.end(), {m.read_only ? "--ro-bind" : "--bind", m.host_path.string(), m.path});
     }

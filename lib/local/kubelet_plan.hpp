@@ -21,11 +21,19 @@ struct ImageRoot {
     enum class Kind { host, busybox, directory } kind = Kind::host;
     std::filesystem::path directory;  // for Kind::directory
     std::string id;                   // imageID reported in containerStatuses
+    // An agent-sandbox runtime image: the kubelet mounts kubesandbox-runtime at runtime_path and
+    // runs it by default, as user 1000 in /app (python-runtime's defaults).
+    bool runtime = false;
 };
 
+inline constexpr const char* runtime_path = "/.kubesandbox/sandbox-runtime";
+
 // Maps an image reference to a root. `images` (exact name, or prefix ending in '*') wins over the
-// defaults: python*, ubuntu*, debian* -> host userland; busybox* -> busybox root. A leading
-// "docker.io/library/" or "docker.io/" is ignored when matching. nullopt = unknown image.
+// defaults: python*, ubuntu*, debian* -> host userland; busybox* -> busybox root; images whose
+// last path component is python-runtime-sandbox* (agent-sandbox's runtime) or busybox-runtime*
+// -> host or busybox root running kubesandbox-runtime. A value may carry "+runtime" ("host",
+// "busybox" or a directory, then "+runtime"). A leading "docker.io/library/" or "docker.io/" is
+// ignored when matching. nullopt = unknown image.
 std::optional<ImageRoot> resolve_image(const std::map<std::string, std::string>& images, std::string_view image);
 
 // The command an image runs when the container gives none (the image's CMD): these exit at
@@ -65,6 +73,8 @@ struct ContainerPlan {
     std::vector<MountPlan> mounts;  // emptyDir volumes, workspace, /tmp
     bool read_only_root = false;
     bool drop_all_caps = false;
+    // readinessProbe.httpGet.port or tcpSocket.port (a number, or a named container port).
+    std::optional<std::uint16_t> readiness_port;
     ResourceLimits limits;
     std::vector<std::string> warnings;  // unsupported fields that were ignored
 };
@@ -91,6 +101,8 @@ struct HostLayout {
     std::vector<std::string> dirs;  // top-level system dirs that exist as real directories
     // Busybox / directory roots: top-level entries of the root, name -> is_symlink target or "".
     std::filesystem::path busybox_root;
+    // kubesandbox-runtime as pods see it (a copy below the data dir); empty when unavailable.
+    std::filesystem::path runtime_program;
     // When set, bwrap runs as this unprivileged host uid/gid (through setpriv) because running
     // the sandbox's user namespace on top of host root would make host root's files the pod's.
     std::optional<std::uint32_t> outer_uid;

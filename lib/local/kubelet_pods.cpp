@@ -4,6 +4,7 @@
 #include "local/kubelet.hpp"
 
 #include "local/kubelet_core.hpp"
+#include "local/port_forward.hpp"
 #include "proto/status.hpp"
 #include "util/child_process.hpp"
 #include "util/random.hpp"
@@ -170,6 +171,21 @@ asio::awaitable<void> Core::wait_sandbox_ready(PodRecord& p) {
     }
 }
 
+asio::awaitable<void> Core::probe_readiness(std::shared_ptr<PodRecord> p, std::uint16_t port, int restart) {
+    asio::steady_timer timer(executor);
+    while (!shut_down && !p->removed && !p->stopping && p->restart_count == restart && p->running()) {
+        auto socket = co_await connect_in_pod(executor, p->inner_pid, port);
+        if (socket) {
+            if (shut_down || p->removed || p->restart_count != restart || !p->running()) co_return;
+            p->ready = true;
+            publish(p);
+            co_return;
+        }
+        timer.expires_after(20ms);
+        co_await timer.async_wait(tuple_awaitable);
+    }
+}
+
 void Core::log_container_exit(const PodRecord& p, int code, std::chrono::steady_clock::time_point begun) const {
     auto ran = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - begun);
     std::string line = "pod " + p.ns + "/" + p.name + ": container exited with code " + std::to_string(code) +
@@ -215,6 +231,15 @@ asio::awaitable<void> Core::run_pod(std::shared_ptr<PodRecord> p) {
     }
     p->plan = std::move(planned.plan);
     p->image_id = p->plan->root.id;
+    if (p->plan->root.runtime && layout.runtime_program.empty()) {
+        p->state = json::object{{"waiting", json::object{{"reason", "CreateContainerError"},
+                                                         {"message",
+                                                          "the local cluster has no kubesandbox-runtime for "
+                                                          "image \"" +
+                                                              p->image + "\""}}}};
+        publish(p);
+        co_return;
+    }
     for (const auto& w : p->plan->warnings) log("pod " + p->ns + "/" + p->name + ": " + w);
     if (!isolation && !options.allow_no_isolation) {
         p->phase = "Failed";
@@ -246,7 +271,8 @@ asio::awaitable<void> Core::run_pod(std::shared_ptr<PodRecord> p) {
             p->container_id =
                 "local://" + p->uid.substr(0, 8) + "-" + std::to_string(p->restart_count) + "-" + util::random_hex(4);
             p->state = json::object{{"running", json::object{{"startedAt", started_at}}}};
-            p->ready = true;
+            p->ready = !p->plan->readiness_port || !isolation;
+            if (!p->ready) spawn(probe_readiness(p, *p->plan->readiness_port, p->restart_count));
             p->started = true;
             p->phase = "Running";
             publish(p);

@@ -145,6 +145,35 @@ bool Core::build_busybox_root(std::string& why) {
     return true;
 }
 
+bool Core::install_runtime(std::string& why) {
+    if (options.runtime_program.empty()) {
+        why = "kubesandbox-runtime was not found (set KUBESANDBOX_RUNTIME to its path)";
+        return false;
+    }
+    // A copy below the data dir: pods (as the outer uid) may not reach the build or install folder.
+    fs::path dir = options.data_dir / "images" / "runtime";
+    fs::path target = dir / "kubesandbox-runtime";
+    fs::path tmp = target.string() + ".tmp" + util::random_hex(3);
+    error_code ec;
+    fs::create_directories(dir, ec);
+    fs::copy_file(options.runtime_program, tmp, fs::copy_options::overwrite_existing, ec);
+    if (!ec)
+        fs::permissions(tmp,
+                        fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
+                            fs::perms::others_exec,
+                        ec);
+    if (!ec) fs::rename(tmp, target, ec);
+    if (ec) {
+        fs::remove(tmp, ec);
+        why = "installing " + options.runtime_program.string() + ": " + ec.message();
+        return false;
+    }
+    ::chmod(dir.c_str(), 0755);
+    ::chmod(dir.parent_path().c_str(), 0755);
+    layout.runtime_program = target;
+    return true;
+}
+
 void Core::use_bwrap_program(std::vector<std::string>& argv) const {
     if (options.bwrap_program.empty() || options.bwrap_program == "bwrap") return;
     for (auto& a : argv)

@@ -3,6 +3,7 @@
 
 #include "local/api_server.hpp"
 #include "local/kubelet.hpp"
+#include "local/router.hpp"
 #include "local/store.hpp"
 #include "local/tls_certs.hpp"
 #include "net/any_stream.hpp"
@@ -17,6 +18,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -24,6 +27,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <future>
@@ -34,6 +38,52 @@ namespace kubesandbox {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using boost::system::error_code;
+
+namespace {
+
+// kubesandbox-runtime: the option, $KUBESANDBOX_RUNTIME, the installed program, the built one.
+std::filesystem::path find_runtime_program(const std::filesystem::path& configured) {
+    std::error_code ec;
+    if (!configured.empty()) return configured;
+    if (const char* env = std::getenv("KUBESANDBOX_RUNTIME"); env && *env) return env;
+    for (const char* candidate : {KUBESANDBOX_RUNTIME_INSTALLED, KUBESANDBOX_RUNTIME_BUILT}) {
+        if (std::filesystem::is_regular_file(candidate, ec)) return candidate;
+    }
+    return {};
+}
+
+// Writes `y` to `path` so that it is never readable by others, not even briefly: created
+// 0600 beside it, then renamed over.
+Result<void> write_private_file(const std::filesystem::path& path, const std::string& y) {
+    std::filesystem::path tmp = path;
+    tmp += ".tmp." + std::to_string(::getpid());
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return fail(errc::io_error, "cannot write " + tmp.string() + ": " + std::strerror(errno));
+    bool written = ::fchmod(fd, 0600) == 0;
+    for (std::size_t off = 0; written && off < y.size();) {
+        auto n = ::write(fd, y.data() + off, y.size() - off);
+        if (n < 0 && errno == EINTR) continue;
+        written = n > 0;
+        if (written) off += static_cast<std::size_t>(n);
+    }
+    written = written && ::fsync(fd) == 0;
+    int saved = errno;
+    ::close(fd);
+    std::error_code ec;
+    if (!written) {
+        std::filesystem::remove(tmp, ec);
+        return fail(errc::io_error, "cannot write " + tmp.string() + ": " + std::strerror(saved));
+    }
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) {
+        std::error_code ignored;
+        std::filesystem::remove(tmp, ignored);
+        return fail(errc::io_error, "cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
+    }
+    return {};
+}
+
+}  // namespace
 
 struct LocalCluster::Impl {
     LocalClusterOptions options;
@@ -52,6 +102,8 @@ struct LocalCluster::Impl {
     std::optional<tcp::acceptor> acceptor;
     std::unique_ptr<local::ApiServer> api;
     std::unique_ptr<local::Kubelet> kubelet;
+    std::unique_ptr<local::SandboxRouter> router;
+    std::string router_url;
     std::thread thread;
     bool stopped = false;
     std::mutex stop_mutex;
@@ -160,6 +212,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
     kopts.allow_no_isolation = options.allow_no_isolation;
     kopts.bwrap_program = options.bwrap_program;
     kopts.logger = options.logger;
+    kopts.runtime_program = find_runtime_program(options.runtime_program);
     local::ApiServer* api = impl->api.get();
     impl->kubelet = std::make_unique<local::Kubelet>(
         impl->ioc.get_executor(), kopts,
@@ -167,6 +220,17 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
             api->write_pod_status(ns, name, uid, std::move(status));
         });
     impl->api->set_kubelet(impl->kubelet.get());
+
+    // The sandbox router, on the same address; it asks the kubelet (same thread) for pods.
+    local::RouterOptions router_opts;
+    router_opts.token = impl->token;
+    local::Kubelet* kubelet = impl->kubelet.get();
+    impl->router = std::make_unique<local::SandboxRouter>(
+        impl->ioc.get_executor(), router_opts,
+        [kubelet](std::string_view ns, std::string_view name) { return kubelet->network_pid(ns, name); });
+    auto router_port = impl->router->start(options.bind_address, options.router_port);
+    if (!router_port) return fail(router_port.error());
+    impl->router_url = "http://" + host + ":" + std::to_string(*router_port);
 
     Impl* raw = impl.get();
     asio::co_spawn(impl->ioc, raw->accept_loop(), asio::detached);
@@ -200,6 +264,7 @@ void LocalCluster::stop() {
         asio::post(raw->ioc, [raw, &done] {
             error_code ec;
             raw->acceptor->close(ec);
+            raw->router->stop();
             raw->api->shutdown();
             raw->kubelet->shutdown();
             done.set_value();
@@ -215,6 +280,7 @@ void LocalCluster::stop() {
         raw->ioc.stop();
         raw->thread.join();
     }
+    raw->router.reset();
     raw->api.reset();
     raw->kubelet.reset();
     if (raw->remove_data_dir) {
@@ -225,6 +291,7 @@ void LocalCluster::stop() {
 
 std::string LocalCluster::url() const { return impl_->url; }
 std::uint16_t LocalCluster::port() const { return impl_->port; }
+std::string LocalCluster::router_url() const { return impl_->router_url; }
 const std::string& LocalCluster::token() const { return impl_->token; }
 const std::string& LocalCluster::ca_pem() const { return impl_->certs.ca_pem; }
 bool LocalCluster::isolation_available() const { return impl_->kubelet && impl_->kubelet->isolation_available(); }
@@ -253,33 +320,12 @@ Result<void> LocalCluster::write_kubeconfig(const std::filesystem::path& path) c
          "kubesandbox-local\n"
          "    namespace: default\n";
     y += "current-context: kubesandbox-local\npreferences: {}\n";
-    // The token is never readable by others, not even briefly: created 0600, then renamed over.
-    std::filesystem::path tmp = path;
-    tmp += ".tmp." + std::to_string(::getpid());
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) return fail(errc::io_error, "cannot write " + tmp.string() + ": " + std::strerror(errno));
-    bool written = ::fchmod(fd, 0600) == 0;
-    for (std::size_t off = 0; written && off < y.size();) {
-        auto n = ::write(fd, y.data() + off, y.size() - off);
-        if (n < 0 && errno == EINTR) continue;
-        written = n > 0;
-        if (written) off += static_cast<std::size_t>(n);
-    }
-    written = written && ::fsync(fd) == 0;
-    int saved = errno;
-    ::close(fd);
-    std::error_code ec;
-    if (!written) {
-        std::filesystem::remove(tmp, ec);
-        return fail(errc::io_error, "cannot write " + tmp.string() + ": " + std::strerror(saved));
-    }
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-        std::error_code ignored;
-        std::filesystem::remove(tmp, ignored);
-        return fail(errc::io_error, "cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
-    }
-    return {};
+    return write_private_file(path, y);
+}
+
+Result<void> LocalCluster::write_router_config(const std::filesystem::path& path) const {
+    boost::json::object config{{"url", impl_->router_url}, {"token", impl_->token}};
+    return write_private_file(path, boost::json::serialize(config) + "\n");
 }
 
 void LocalCluster::add_fault(FaultRule rule) { impl_->faults.add(std::move(rule)); }

@@ -5,12 +5,24 @@
 
 #include "local/kubelet.hpp"
 
+#include <kubesandbox/error.hpp>
+
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <cstdint>
 
 namespace kubesandbox::local {
 
 // Owns the request's connection until the session ends. `pod_pid` is a process inside the pod's
 // network namespace (/proc/<pid>/ns/net); 0 means the host network namespace (tests).
 boost::asio::awaitable<void> serve_port_forward(StreamRequest request, int pod_pid);
+
+namespace port_forward_detail {
+// A connection to localhost:<port> inside the pod's network namespace (IPv4, then IPv6).
+boost::asio::awaitable<Result<boost::asio::ip::tcp::socket>> connect_in_pod(boost::asio::any_io_executor executor,
+                                                                            int pod_pid, std::uint16_t port);
+}  // namespace port_forward_detail
+using port_forward_detail::connect_in_pod;
 
 }  // namespace kubesandbox::local

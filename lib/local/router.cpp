@@ -1,0 +1,264 @@
+#include "local/router.hpp"
+
+#include "local/port_forward.hpp"
+#include "local/router_core.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <map>
+
+namespace kubesandbox::local {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::ip::tcp;
+using boost::system::error_code;
+
+namespace {
+
+constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+constexpr auto connect_timeout = std::chrono::seconds(5);
+
+std::optional<std::string_view> header(const http::request<http::string_body>& req, std::string_view name) {
+    auto it = req.find(beast::string_view(name.data(), name.size()));
+    if (it == req.end()) return std::nullopt;
+    return std::string_view(it->value().data(), it->value().size());
+}
+
+}  // namespace
+
+struct SandboxRouter::Impl : std::enable_shared_from_this<Impl> {
+    asio::any_io_executor executor;
+    RouterOptions options;
+    PodResolver resolver;
+    std::optional<tcp::acceptor> acceptor;
+    std::map<std::uint64_t, std::weak_ptr<tcp::socket>> sockets;  // open client and upstream sockets
+    std::uint64_t next_id = 0;
+    bool stopped = false;
+
+    std::uint64_t track(const std::shared_ptr<tcp::socket>& s) {
+        sockets[++next_id] = s;
+        return next_id;
+    }
+
+    asio::awaitable<bool> reply(tcp::socket& client, unsigned version, bool keep_alive, unsigned status,
+                                std::string body) {
+        http::response<http::string_body> res{static_cast<http::status>(status), version};
+        res.set(http::field::content_type, "application/json");
+        res.body() = std::move(body);
+        res.keep_alive(keep_alive);
+        res.prepare_payload();
+        auto [ec, n] = co_await http::async_write(client, res, tuple_awaitable);
+        co_return !ec && keep_alive;
+    }
+
+    // Relays one request; false when the client connection is done.
+    asio::awaitable<bool> relay(tcp::socket& client, http::request<http::string_body>& req) {
+        const unsigned version = req.version();
+        const bool keep_alive = req.keep_alive();
+        std::string_view target(req.target().data(), req.target().size());
+        auto query = target.find('?');
+        if (target.substr(0, query) == "/healthz" && req.method() == http::verb::get) {
+            co_return co_await reply(client, version, keep_alive, 200, R"({"status":"ok"})");
+        }
+        auto method = req.method();
+        if (method != http::verb::get && method != http::verb::post && method != http::verb::put &&
+            method != http::verb::delete_ && method != http::verb::patch) {
+            co_return co_await reply(client, version, keep_alive, 405, router_detail_body("Method Not Allowed"));
+        }
+        RouterRequestHeaders h{header(req, "X-Sandbox-ID"),      header(req, "X-Sandbox-Namespace"),
+                               header(req, "X-Sandbox-Port"),    header(req, "X-Sandbox-Pod-IP"),
+                               header(req, "X-Sandbox-Timeout"), header(req, "Authorization")};
+        auto decision = route_sandbox_request(h, options.token, options.proxy_timeout);
+        if (decision.refusal) {
+            co_return co_await reply(client, version, keep_alive, decision.refusal->status,
+                                     router_detail_body(decision.refusal->detail));
+        }
+        const RouterTarget& to = *decision.target;
+        const std::string unreachable = "Could not connect to the backend sandbox: " + to.sandbox_id;
+
+        // Connect inside the pod (pods are addressed by name: every pod's IP is its own loopback).
+        int pid = resolver(to.namespace_name, to.sandbox_id);
+        if (pid <= 0) co_return co_await reply(client, version, keep_alive, 502, router_detail_body(unreachable));
+        auto connected = co_await connect_in_pod(executor, pid, to.port);
+        if (!connected) co_return co_await reply(client, version, keep_alive, 502, router_detail_body(unreachable));
+        auto upstream = std::make_shared<tcp::socket>(std::move(*connected));
+        auto upstream_id = track(upstream);
+        struct Untrack {
+            Impl& self;
+            std::uint64_t id;
+            ~Untrack() { self.sockets.erase(id); }
+        } untrack{*this, upstream_id};
+
+        // The deadline covers the whole exchange; when it passes the upstream socket is closed.
+        bool timed_out = false;
+        asio::steady_timer deadline(executor);
+        deadline.expires_after(to.timeout);
+        std::weak_ptr<tcp::socket> weak_upstream = upstream;
+        deadline.async_wait([weak_upstream, &timed_out](error_code ec) {
+            if (ec) return;
+            timed_out = true;
+            if (auto s = weak_upstream.lock()) {
+                error_code ignored;
+                s->close(ignored);
+            }
+        });
+        struct CancelDeadline {
+            asio::steady_timer& timer;
+            ~CancelDeadline() { timer.cancel(); }
+        } cancel_deadline{deadline};
+
+        http::request<http::string_body> out{method, req.target(), 11};
+        std::string connection(header(req, "Connection").value_or(""));
+        for (const auto& field : req) {
+            std::string_view name(field.name_string().data(), field.name_string().size());
+            if (drop_request_header(name, connection)) continue;
+            out.insert(field.name_string(), field.value());
+        }
+        out.set(http::field::host,
+                to.sandbox_id + "." + to.namespace_name + ".svc.cluster.local:" + std::to_string(to.port));
+        out.body() = std::move(req.body());
+        out.keep_alive(false);
+        out.prepare_payload();
+        auto [wec, wn] = co_await http::async_write(*upstream, out, tuple_awaitable);
+        beast::flat_buffer upstream_buffer;
+        http::response_parser<http::buffer_body> parser;
+        parser.body_limit(boost::none);
+        error_code rec = wec;
+        if (!rec)
+            std::tie(rec, std::ignore) =
+                co_await http::async_read_header(*upstream, upstream_buffer, parser, tuple_awaitable);
+        if (rec) {
+            if (timed_out) {
+                co_return co_await reply(
+                    client, version, keep_alive, 504,
+                    router_detail_body("Timed out waiting for the backend sandbox: " + to.sandbox_id));
+            }
+            co_return co_await reply(client, version, keep_alive, 502, router_detail_body(unreachable));
+        }
+
+        // Stream the body back as it arrives, with the upstream's status and end-to-end headers.
+        auto& upstream_res = parser.get();
+        http::response<http::buffer_body> res{upstream_res.result(), version};
+        for (const auto& field : upstream_res) {
+            std::string_view name(field.name_string().data(), field.name_string().size());
+            if (drop_response_header(name) || field.name() == http::field::content_length) continue;
+            res.insert(field.name_string(), field.value());
+        }
+        if (auto length = parser.content_length()) {
+            res.content_length(*length);
+        } else if (!parser.is_done()) {
+            res.chunked(true);
+        }
+        res.keep_alive(keep_alive);
+        res.body().data = nullptr;
+        res.body().more = !parser.is_done();
+        http::response_serializer<http::buffer_body> serializer{res};
+        auto [hec, hn] = co_await http::async_write_header(client, serializer, tuple_awaitable);
+        if (hec) co_return false;
+        char chunk[64 * 1024];
+        while (!parser.is_done()) {
+            parser.get().body().data = chunk;
+            parser.get().body().size = sizeof chunk;
+            auto [ec, n] = co_await http::async_read(*upstream, upstream_buffer, parser, tuple_awaitable);
+            if (ec && ec != http::error::need_buffer) co_return false;  // upstream died: cut the client off
+            res.body().data = chunk;
+            res.body().size = sizeof chunk - parser.get().body().size;
+            res.body().more = !parser.is_done();
+            auto [cec, cn] = co_await http::async_write(client, serializer, tuple_awaitable);
+            if (cec && cec != http::error::need_buffer) co_return false;
+        }
+        if (!serializer.is_done()) {
+            res.body().data = nullptr;
+            res.body().size = 0;
+            res.body().more = false;
+            auto [cec, cn] = co_await http::async_write(client, serializer, tuple_awaitable);
+            if (cec) co_return false;
+        }
+        co_return keep_alive;
+    }
+
+    asio::awaitable<void> serve(std::shared_ptr<tcp::socket> client) {
+        auto self = shared_from_this();
+        auto id = track(client);
+        beast::flat_buffer buffer;
+        for (;;) {
+            http::request_parser<http::string_body> parser;
+            parser.body_limit(options.max_request_body);
+            parser.header_limit(64 * 1024);
+            auto [ec, n] = co_await http::async_read(*client, buffer, parser, tuple_awaitable);
+            if (ec == http::error::body_limit) {
+                co_await reply(*client, 11, false, 413, router_detail_body("Request body too large."));
+                break;
+            }
+            if (ec || stopped) break;
+            auto req = parser.release();
+            if (!co_await relay(*client, req)) break;
+        }
+        error_code ignored;
+        client->shutdown(tcp::socket::shutdown_send, ignored);
+        client->close(ignored);
+        sockets.erase(id);
+    }
+
+    asio::awaitable<void> accept_loop() {
+        auto self = shared_from_this();
+        for (;;) {
+            auto client = std::make_shared<tcp::socket>(executor);
+            auto [ec] = co_await acceptor->async_accept(*client, tuple_awaitable);
+            if (stopped || !acceptor->is_open()) co_return;
+            if (ec) continue;
+            client->set_option(tcp::no_delay(true), ec);
+            asio::co_spawn(executor, serve(std::move(client)), asio::detached);
+        }
+    }
+};
+
+SandboxRouter::SandboxRouter(asio::any_io_executor executor, RouterOptions options, PodResolver resolver)
+    : impl_(std::make_shared<Impl>()) {
+    impl_->executor = std::move(executor);
+    impl_->options = std::move(options);
+    impl_->resolver = std::move(resolver);
+}
+
+SandboxRouter::~SandboxRouter() { stop(); }
+
+Result<std::uint16_t> SandboxRouter::start(const std::string& address, std::uint16_t port) {
+    error_code ec;
+    auto ip = asio::ip::make_address(address, ec);
+    if (ec) return fail(make_error(ec, "router address " + address));
+    tcp::endpoint endpoint(ip, port);
+    tcp::acceptor acceptor(impl_->executor);
+    acceptor.open(endpoint.protocol(), ec);
+    if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor.bind(endpoint, ec);
+    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return fail(make_error(ec, "router listen on " + address + ":" + std::to_string(port)));
+    std::uint16_t bound = acceptor.local_endpoint().port();
+    impl_->acceptor.emplace(std::move(acceptor));
+    asio::co_spawn(impl_->executor, impl_->accept_loop(), asio::detached);
+    return bound;
+}
+
+void SandboxRouter::stop() {
+    if (!impl_ || impl_->stopped) return;
+    impl_->stopped = true;
+    error_code ignored;
+    if (impl_->acceptor) impl_->acceptor->close(ignored);
+    for (auto& [id, weak] : impl_->sockets) {
+        if (auto s = weak.lock()) s->close(ignored);
+    }
+}
+
+}  // namespace kubesandbox::local
