@@ -3,8 +3,10 @@
 // sandbox, and the same expected results (written from DeepAgents 0.7.8's rules) on both.
 #include <kubesandbox/file_ops.hpp>
 #include <kubesandbox/raw_provider.hpp>
+#include <kubesandbox/router_sandbox.hpp>
 
 #include "../support/local_cluster_fixture.hpp"
+#include "../support/runtime_pod.hpp"
 
 #include <gtest/gtest.h>
 
@@ -236,36 +238,65 @@ asio::awaitable<void> check_grep(FileOps& files) {
     EXPECT_TRUE(g && g->error == "Path '/workspace/none': path_not_found");
 }
 
+// The same checks on any sandbox: a raw pod over exec, or a runtime pod through the router.
+asio::awaitable<void> check_corpus(Sandbox& sandbox) {
+    auto built = co_await sandbox.execute(corpus_script);
+    EXPECT_TRUE(built && built->output == "built\n") << (built ? built->output : built.error().describe());
+    FileOps files(sandbox);
+    co_await check_ls(files);
+    co_await check_read(files);
+    co_await check_glob(files);
+    co_await check_grep(files);
+    co_await check_write_edit_remove(sandbox, files);
+
+    auto nul = co_await files.ls("/workspace/a\0b"s);
+    EXPECT_TRUE(!nul && nul.error().code == errc::invalid_argument);
+    auto nul_pattern = co_await files.grep("a\0b"s, "", "", std::nullopt);
+    EXPECT_TRUE(!nul_pattern && nul_pattern.error().code == errc::invalid_argument);
+    auto pwned = co_await sandbox.execute("test -e /workspace/pwned && echo yes || echo no");
+    EXPECT_TRUE(pwned && pwned->output == "no\n");
+}
+
 TEST_P(FileOpsTest, GoldenCorpusGivesTheSameResultsOnEveryImage) {
+    const std::string image = GetParam();
+    if (image == "busybox-runtime") {
+        // agent-sandbox's data plane: the runtime's HTTP API through the router, its base directory
+        // the corpus's /workspace (so files move through /upload and /download where they can).
+        run(
+            [&]() -> asio::awaitable<void> {
+                auto kube = client();
+                auto created =
+                    co_await test::create_runtime_pod(kube, "default", "files-router", "busybox-runtime", "/workspace");
+                EXPECT_TRUE(created) << (created ? "" : created.error().describe());
+                if (!created) co_return;
+                RouterSandboxOptions options;
+                options.sandbox_name = "files-router";
+                options.base_dir = "/workspace";
+                RouterSandbox sandbox(test::local_router(*cluster_, io_.get_executor()), options);
+                co_await check_corpus(sandbox);
+                ResourcePath pod{"", "v1", "pods", "default", "files-router"};
+                co_await kube.remove(pod);
+            },
+            240s);
+        return;
+    }
     auto p = provider();
     run(
         [&]() -> asio::awaitable<void> {
             auto sb = co_await p.get_or_create_pod();
             EXPECT_TRUE(sb.has_value()) << (sb ? "" : sb.error().describe());
             if (!sb) co_return;
-            Sandbox& sandbox = **sb;
-            auto built = co_await sandbox.execute(corpus_script);
-            EXPECT_TRUE(built && built->output == "built\n") << (built ? built->output : built.error().describe());
-            FileOps files(sandbox);
-            co_await check_ls(files);
-            co_await check_read(files);
-            co_await check_glob(files);
-            co_await check_grep(files);
-            co_await check_write_edit_remove(sandbox, files);
-
-            auto nul = co_await files.ls("/workspace/a\0b"s);
-            EXPECT_TRUE(!nul && nul.error().code == errc::invalid_argument);
-            auto nul_pattern = co_await files.grep("a\0b"s, "", "", std::nullopt);
-            EXPECT_TRUE(!nul_pattern && nul_pattern.error().code == errc::invalid_argument);
-            auto pwned = co_await sandbox.execute("test -e /workspace/pwned && echo yes || echo no");
-            EXPECT_TRUE(pwned && pwned->output == "no\n");
+            co_await check_corpus(**sb);
             co_await p.delete_sandbox((*sb)->pod_name());
         },
         240s);
 }
 
-INSTANTIATE_TEST_SUITE_P(Images, FileOpsTest, ::testing::Values("busybox", "debian:12"),
-                         [](const auto& info) { return std::string(info.param) == "busybox" ? "busybox" : "debian"; });
+INSTANTIATE_TEST_SUITE_P(Images, FileOpsTest, ::testing::Values("busybox", "debian:12", "busybox-runtime"),
+                         [](const auto& info) {
+                             std::string p = info.param;
+                             return p == "busybox" ? "busybox" : p == "debian:12" ? "debian" : "agent_sandbox_router";
+                         });
 
 }  // namespace
 

@@ -1,0 +1,46 @@
+// The request interface behind RouterConnection: one HTTP request to the router with a deadline,
+// the response streamed into a sink so large bodies need not be held. Never replays a request
+// that may have reached the server unless the caller says it is safe.
+#pragma once
+
+#include <kubesandbox/error.hpp>
+#include <kubesandbox/router_sandbox.hpp>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kubesandbox {
+
+struct RouterRequest {
+    std::string method{"GET"};
+    std::string target{};  // path and query, below the connection's URL prefix
+    std::vector<std::pair<std::string, std::string>> headers{};
+    std::string body{};
+    bool replay_safe{false};  // may be sent again on a fresh connection after a stale reuse
+};
+
+// Receives the response: the head, then the body in pieces. on_body returning false stops the
+// transfer (the connection is then closed, not reused).
+class ResponseSink {
+public:
+    virtual ~ResponseSink() = default;
+    virtual void on_head(unsigned status, std::string_view content_type) = 0;
+    virtual bool on_body(std::string_view chunk) = 0;
+};
+
+struct RouterConnection::Impl {
+    virtual ~Impl() = default;
+    // The status on a complete response. Errors: errc::timeout, errc::connection_failed,
+    // errc::connection_closed (the response was cut short: the request may have run),
+    // errc::invalid_response, errc::cancelled (the sink stopped the transfer).
+    virtual boost::asio::awaitable<Result<unsigned>> send(RouterRequest request,
+                                                          std::chrono::steady_clock::time_point deadline,
+                                                          ResponseSink& sink) = 0;
+};
+
+}  // namespace kubesandbox

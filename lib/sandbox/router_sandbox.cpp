@@ -1,0 +1,332 @@
+// RouterSandbox: the python-runtime protocol over a RouterConnection (see router_sandbox.hpp).
+#include <kubesandbox/router_sandbox.hpp>
+
+#include "connection/router_connection.hpp"
+#include "proto/kubeconfig.hpp"
+#include "sandbox/runtime_protocol.hpp"
+#include "util/random.hpp"
+
+#include <boost/json/parse.hpp>
+
+namespace kubesandbox {
+
+namespace asio = boost::asio;
+namespace rp = runtime_protocol;
+using std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::size_t max_error_body = 4096;
+
+// What a command run through /execute produced.
+struct RunOutcome {
+    std::string stdout_text, stderr_text;
+    std::string stderr_tail;  // the end of stderr even when the cap cut it
+    std::int64_t exit_code = 0;
+    bool truncated = false;
+};
+
+class ExecuteSink final : public ResponseSink {
+public:
+    explicit ExecuteSink(std::size_t cap) : reader(cap) {}
+    void on_head(unsigned s, std::string_view) override { status = s; }
+    bool on_body(std::string_view chunk) override {
+        if (status != 200) {
+            error_body.append(chunk.substr(0, max_error_body - std::min(max_error_body, error_body.size())));
+            return true;
+        }
+        if (!reader.write(chunk)) malformed = true;
+        return !malformed;
+    }
+    rp::ExecuteResponseReader reader;
+    unsigned status = 0;
+    std::string error_body;
+    bool malformed = false;
+};
+
+class BytesSink final : public ResponseSink {
+public:
+    explicit BytesSink(std::size_t cap) : cap_(cap) {}
+    void on_head(unsigned s, std::string_view) override { status = s; }
+    bool on_body(std::string_view chunk) override {
+        std::size_t limit = status == 200 ? cap_ : max_error_body;
+        if (body.size() + chunk.size() > limit) {
+            too_large = true;
+            return false;
+        }
+        body.append(chunk);
+        return true;
+    }
+    unsigned status = 0;
+    std::string body;
+    bool too_large = false;
+
+private:
+    std::size_t cap_;
+};
+
+// The "detail" or "message" of an error body, else its start.
+std::string error_text(std::string_view body) {
+    boost::system::error_code ec;
+    auto v = boost::json::parse(body, ec);
+    if (!ec && v.is_object()) {
+        for (const char* key : {"detail", "message"}) {
+            if (auto* d = v.get_object().if_contains(key); d && d->is_string()) return std::string(d->get_string());
+        }
+    }
+    return std::string(body.substr(0, 200));
+}
+
+Error status_error(unsigned status, std::string_view body, const std::string& what) {
+    std::string text = what + ": HTTP " + std::to_string(status) + ": " + error_text(body);
+    switch (status) {
+        case 401:
+            return make_error(errc::unauthorized, text);
+        case 403:
+            return make_error(errc::forbidden, text);
+        case 404:
+            return make_error(errc::not_found, text);
+        case 422:
+            return make_error(errc::invalid, text);
+        case 502:
+        case 503:
+            return make_error(errc::service_unavailable, text);
+        case 504:
+            return make_error(errc::server_timeout, text);
+        default:
+            return make_error(errc::unknown_status, text);
+    }
+}
+
+ExecuteResponse timed_out_response(std::int64_t seconds) {
+    ExecuteResponse r;
+    r.output = "Command timed out after " + std::to_string(seconds) + " seconds";
+    r.exit_code = 124;
+    return r;
+}
+
+bool is_absolute_clean_path(std::string_view p) {
+    return !p.empty() && p.front() == '/' && p.find('\0') == std::string_view::npos;
+}
+
+}  // namespace
+
+struct RouterSandbox::Internals {
+    static std::vector<std::pair<std::string, std::string>> headers(const RouterSandbox& self,
+                                                                    std::optional<std::int64_t> router_timeout) {
+        std::vector<std::pair<std::string, std::string>> h = {
+            {"X-Sandbox-ID", self.options_.sandbox_name},
+            {"X-Sandbox-Namespace", self.options_.namespace_name},
+            {"X-Sandbox-Port", std::to_string(self.options_.port)},
+        };
+        if (self.options_.pod_ip) h.emplace_back("X-Sandbox-Pod-IP", *self.options_.pod_ip);
+        if (router_timeout) h.emplace_back("X-Sandbox-Timeout", std::to_string(*router_timeout));
+        return h;
+    }
+
+    // One POST /execute of argv; never replayed.
+    static asio::awaitable<Result<RunOutcome>> run(RouterSandbox& self, std::vector<std::string> argv,
+                                                   steady_clock::time_point deadline,
+                                                   std::optional<std::int64_t> router_timeout, std::size_t cap) {
+        RouterRequest request;
+        request.method = "POST";
+        request.target = "/execute";
+        request.headers = headers(self, router_timeout);
+        request.headers.emplace_back("Content-Type", "application/json");
+        request.body = rp::execute_body(argv);
+        ExecuteSink sink(cap);
+        const std::string what = "execute in " + self.id_ + " via " + self.connection_->describe();
+        auto status = co_await self.connection_->impl().send(std::move(request), deadline, sink);
+        if (!status) {
+            Error e = status.error();
+            if (sink.malformed) e = make_error(errc::invalid_response, what + ": malformed /execute response");
+            co_return fail(std::move(e));
+        }
+        if (*status != 200) co_return fail(status_error(*status, sink.error_body, what));
+        if (!sink.reader.finish() || !sink.reader.exit_code())
+            co_return fail(errc::invalid_response, what + ": malformed /execute response");
+        RunOutcome out;
+        out.stdout_text = sink.reader.stdout_text();
+        out.stderr_text = sink.reader.stderr_text();
+        out.stderr_tail = sink.reader.stderr_tail();
+        out.exit_code = *sink.reader.exit_code();
+        out.truncated = sink.reader.truncated();
+        co_return out;
+    }
+
+    static asio::awaitable<Result<FileUploadResponse>> upload_one(RouterSandbox& self, std::string path,
+                                                                  const std::string& data) {
+        FileUploadResponse r{path, std::nullopt};
+        if (!is_absolute_clean_path(path)) {
+            r.error = file_error::invalid_path;
+            co_return r;
+        }
+        if (data.size() > self.options_.max_file_bytes) {
+            r.error = file_error::file_too_large;
+            co_return r;
+        }
+        // Transfers get a minute plus a second per MiB.
+        auto deadline = steady_clock::now() + std::chrono::seconds(60 + data.size() / (1024 * 1024));
+        if (auto name = rp::runtime_relative_name(self.options_.base_dir, path)) {
+            RouterRequest request;
+            request.method = "POST";
+            request.target = "/upload";
+            request.headers = headers(self, std::nullopt);
+            auto multipart = rp::multipart_file(*name, data, "kubesandbox-" + util::random_hex(12));
+            request.headers.emplace_back("Content-Type", multipart.content_type);
+            request.body = std::move(multipart.body);
+            request.replay_safe = true;  // the same bytes to the same file
+            BytesSink sink(max_error_body);
+            auto status = co_await self.connection_->impl().send(std::move(request), deadline, sink);
+            if (!status) co_return fail(status.error());
+            if (*status == 200) co_return r;
+            // 403 (a symlink out of the base), 500 (a directory, no permission): the commands
+            // below tell which, or write through the link as raw mode would.
+        }
+        std::size_t offset = 0;
+        bool first = true;
+        do {
+            std::string_view piece = std::string_view(data).substr(offset, rp::upload_piece_bytes);
+            auto ran = co_await run(self, rp::upload_piece_argv(path, piece, first), deadline, std::nullopt, 4096);
+            if (!ran) co_return fail(ran.error());
+            if (auto failure = rp::runtime_failure(ran->stderr_text, ran->exit_code); !failure.empty()) {
+                r.error = "transfer failed: " + failure;
+                co_return r;
+            }
+            if (auto e = rp::transfer_error(ran->exit_code, ran->stderr_text)) {
+                r.error = *e;
+                co_return r;
+            }
+            offset += piece.size();
+            first = false;
+        } while (offset < data.size());
+        co_return r;
+    }
+
+    static asio::awaitable<Result<FileDownloadResponse>> download_one(RouterSandbox& self, std::string path) {
+        FileDownloadResponse r{path, std::nullopt, std::nullopt};
+        if (!is_absolute_clean_path(path)) {
+            r.error = file_error::invalid_path;
+            co_return r;
+        }
+        const std::size_t max = self.options_.max_file_bytes;
+        auto deadline = steady_clock::now() + std::chrono::seconds(60 + max / (1024 * 1024));
+        if (auto name = rp::runtime_relative_name(self.options_.base_dir, path)) {
+            RouterRequest request;
+            request.method = "GET";
+            request.target = "/download/" + rp::quote_segment(*name);
+            request.headers = headers(self, std::nullopt);
+            request.replay_safe = true;
+            BytesSink sink(max);
+            auto status = co_await self.connection_->impl().send(std::move(request), deadline, sink);
+            if (!status && sink.too_large && sink.status == 200) {
+                r.error = file_error::file_too_large;
+                co_return r;
+            }
+            if (!status) co_return fail(status.error());
+            if (*status == 200) {
+                r.content = std::move(sink.body);
+                co_return r;
+            }
+            // 404 (missing or a directory), 403 (a symlink out of the base): the command tells.
+        }
+        auto ran =
+            co_await run(self, rp::download_argv(path, max), deadline, std::nullopt, max / 3 * 4 + max / 32 + 64);
+        if (!ran) co_return fail(ran.error());
+        if (auto failure = rp::runtime_failure(ran->stderr_text, ran->exit_code); !failure.empty()) {
+            r.error = "transfer failed: " + failure;
+            co_return r;
+        }
+        if (auto e = rp::transfer_error(ran->exit_code, ran->stderr_text)) {
+            r.error = *e;
+            co_return r;
+        }
+        auto bytes = proto::base64_decode(ran->stdout_text);
+        if (!bytes || ran->truncated) {
+            r.error = "transfer failed: unreadable base64 from the sandbox";
+            co_return r;
+        }
+        r.content = std::move(*bytes);
+        co_return r;
+    }
+};
+
+RouterSandbox::RouterSandbox(std::shared_ptr<RouterConnection> connection, RouterSandboxOptions options)
+    : connection_(std::move(connection)),
+      options_(std::move(options)),
+      id_(options_.namespace_name + "/" + options_.sandbox_name) {}
+
+RouterSandbox::~RouterSandbox() = default;
+
+asio::awaitable<Result<ExecuteResponse>> RouterSandbox::execute(std::string command,
+                                                                std::optional<std::chrono::seconds> timeout) {
+    if (command.find('\0') != std::string::npos)
+        co_return fail(errc::invalid_argument, "the command contains a NUL byte");
+    if (timeout && timeout->count() < 0) co_return fail(errc::invalid_argument, "negative timeout");
+    const std::int64_t limit = timeout.value_or(options_.default_timeout).count();
+    const std::string marker = "kubesandbox-timeout-" + util::random_hex(8);
+    // The watchdog in the sandbox fires first; the router gives up a little later and our own
+    // deadline later still, so a slow call ends with a clean answer where possible.
+    std::optional<std::int64_t> router_timeout;
+    auto deadline = steady_clock::now() + std::chrono::hours(24);
+    if (limit > 0) {
+        router_timeout = limit + 5;
+        deadline = steady_clock::now() + std::chrono::seconds(limit + 15);
+    }
+    // Output travels base64-encoded: the cap applies to the encoded text (4/3, plus line breaks).
+    const std::size_t cap = options_.max_output_bytes;
+    const std::size_t encoded_cap = cap / 3 * 4 + cap / 57 + 256;
+    auto ran =
+        co_await Internals::run(*this, rp::execute_argv(command, marker, limit), deadline, router_timeout, encoded_cap);
+    if (!ran) co_return fail(ran.error());
+    if (options_.on_activity) options_.on_activity();
+    if (auto failure = rp::runtime_failure(ran->stderr_text, ran->exit_code); !failure.empty()) {
+        if (auto runtime_limit = rp::runtime_timeout_seconds(failure)) co_return timed_out_response(*runtime_limit);
+        ExecuteResponse r;
+        r.output = "Failed to execute command: " + failure;
+        r.exit_code = 1;
+        co_return r;
+    }
+    auto decoded = rp::decode_run(std::move(ran->stdout_text), std::move(ran->stderr_text), ran->stderr_tail,
+                                  ran->truncated, marker);
+    if (decoded.timed_out) co_return timed_out_response(limit);
+    if (decoded.malformed)
+        co_return fail(errc::invalid_response, "execute in " + id_ + ": the command's output came back garbled");
+    auto composed =
+        rp::compose_output(std::move(decoded.stdout_bytes), std::move(decoded.stderr_bytes), decoded.truncated, cap);
+    ExecuteResponse r;
+    r.output = std::move(composed.output);
+    r.truncated = composed.truncated;
+    std::int64_t code = decoded.plain ? ran->exit_code : decoded.exit_code.value_or(ran->exit_code);
+    // The runtime reports a signal as -N (Python's returncode); a shell says 128+N.
+    r.exit_code = static_cast<int>(code < 0 ? 128 - code : code);
+    co_return r;
+}
+
+asio::awaitable<Result<std::vector<FileUploadResponse>>> RouterSandbox::upload_files(
+    std::vector<std::pair<std::string, std::string>> files) {
+    std::vector<FileUploadResponse> out;
+    out.reserve(files.size());
+    for (auto& [path, data] : files) {
+        auto one = co_await Internals::upload_one(*this, path, data);
+        if (!one) co_return fail(one.error());
+        out.push_back(std::move(*one));
+    }
+    if (options_.on_activity && !files.empty()) options_.on_activity();
+    co_return out;
+}
+
+asio::awaitable<Result<std::vector<FileDownloadResponse>>> RouterSandbox::download_files(
+    std::vector<std::string> paths) {
+    std::vector<FileDownloadResponse> out;
+    out.reserve(paths.size());
+    for (auto& path : paths) {
+        auto one = co_await Internals::download_one(*this, path);
+        if (!one) co_return fail(one.error());
+        out.push_back(std::move(*one));
+    }
+    if (options_.on_activity && !paths.empty()) options_.on_activity();
+    co_return out;
+}
+
+}  // namespace kubesandbox

@@ -1,0 +1,431 @@
+#include "sandbox/runtime_protocol.hpp"
+
+#include "files/text.hpp"
+#include "proto/kubeconfig.hpp"
+
+#include <kubesandbox/sandbox.hpp>
+
+#include <boost/json/basic_parser_impl.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/string.hpp>
+
+namespace kubesandbox::runtime_protocol {
+
+namespace json = boost::json;
+
+std::string quote_segment(std::string_view s) {
+    static const char* hex = "0123456789ABCDEF";
+    std::string out;
+    for (unsigned char c : s) {
+        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+            c == '-' || c == '~') {
+            out += static_cast<char>(c);
+        } else {
+            out += '%';
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        }
+    }
+    return out;
+}
+
+namespace {
+
+std::string join_quoted(const std::vector<std::string>& argv) {
+    std::string line;
+    for (const auto& a : argv) {
+        if (!line.empty()) line += ' ';
+        line += files::shell_quote(a);
+    }
+    return line;
+}
+
+}  // namespace
+
+std::string execute_body(const std::vector<std::string>& argv) {
+    std::string line = join_quoted(argv);
+    if (!files::valid_utf8(line)) {
+        line = "sh -c " + files::shell_quote("eval \"$(printf %s " + proto::base64_encode(line) + " | base64 -d)\"");
+    }
+    return json::serialize(json::object{{"command", line}});
+}
+
+// $1 marker, $2 timeout seconds (0 = none), $3 the command. The runtime returns output as JSON
+// text and refuses output that is not UTF-8, so both streams travel base64-encoded (streaming
+// through base64, nothing stored), and the exit status follows on stderr as "<marker>-base64 N".
+// Without a temporary directory (for the status) the streams go as they are. After the
+// timeout the watchdog writes "<marker>-timeout" and kills the process group (the runtime
+// starts each command in one of its own). The watchdog's sleep holds none of the runtime's
+// pipes, so ending the watchdog early never leaves the runtime waiting.
+constexpr const char* watchdog_script = R"SH(m=$1; t=$2; w=
+if d=$(mktemp -d 2>/dev/null); then
+  ( { { sh -c "$3" 2>&1 1>&3 3>&-; echo "$?" > "$d/s"; } | base64 >&2; } 3>&1 | base64 ) &
+else
+  d=
+  sh -c "$3" &
+fi
+c=$!
+if [ "$t" -gt 0 ] 2>/dev/null; then
+  ( s=; trap '[ -n "$s" ] && kill "$s" 2>/dev/null; exit 0' TERM
+    sleep "$t" </dev/null >/dev/null 2>&1 & s=$!
+    wait "$s"
+    printf '\n%s-timeout\n' "$m" >&2
+    kill -KILL 0 ) </dev/null >/dev/null &
+  w=$!
+fi
+wait "$c"; r=$?
+if [ -n "$w" ]; then kill "$w" 2>/dev/null; wait "$w" 2>/dev/null; fi
+if [ -n "$d" ]; then
+  r=$(cat "$d/s" 2>/dev/null) || r=255
+  rm -rf "$d"
+  printf '\n%s-base64 %s\n' "$m" "$r" >&2
+fi
+exit "$r"
+)SH";
+
+std::vector<std::string> execute_argv(std::string_view command, std::string_view marker, std::int64_t timeout_seconds) {
+    return {
+        "sh", "-c", watchdog_script, "sh", std::string(marker), std::to_string(timeout_seconds), std::string(command)};
+}
+
+// A boost::json::basic_parser handler that keeps the top-level "stdout"/"stderr" strings (capped)
+// and "exit_code".
+struct ExecuteHandler {
+    static constexpr std::size_t max_object_size = std::size_t(-1);
+    static constexpr std::size_t max_array_size = std::size_t(-1);
+    static constexpr std::size_t max_key_size = std::size_t(-1);
+    static constexpr std::size_t max_string_size = std::size_t(-1);
+
+    std::size_t cap = 0;
+    int depth = 0;
+    std::string key;
+    std::string out, err;
+    std::string err_tail;  // the last bytes of stderr, kept past the cap (the trailer lives there)
+    std::optional<std::int64_t> exit_code;
+    bool truncated = false;
+    bool top_is_object = false;
+
+    std::string* target() {
+        if (depth != 1) return nullptr;
+        if (key == "stdout") return &out;
+        if (key == "stderr") return &err;
+        return nullptr;
+    }
+    void append(std::string_view s) {
+        if (depth == 1 && key == "stderr") {
+            err_tail.append(s);
+            if (err_tail.size() > 1024) err_tail.erase(0, err_tail.size() - 512);
+        }
+        if (auto* t = target()) {
+            std::size_t room = t->size() < cap ? cap - t->size() : 0;
+            if (s.size() > room) truncated = true;
+            t->append(s.substr(0, room));
+        }
+    }
+
+    bool on_document_begin(json::error_code&) { return true; }
+    bool on_document_end(json::error_code&) { return true; }
+    bool on_object_begin(json::error_code&) {
+        if (depth == 0) top_is_object = true;
+        ++depth;
+        return true;
+    }
+    bool on_object_end(std::size_t, json::error_code&) {
+        --depth;
+        return true;
+    }
+    bool on_array_begin(json::error_code&) {
+        ++depth;
+        return true;
+    }
+    bool on_array_end(std::size_t, json::error_code&) {
+        --depth;
+        return true;
+    }
+    bool on_key_part(json::string_view s, std::size_t, json::error_code&) {
+        if (key.size() < 64) key.append(s.data(), std::min<std::size_t>(s.size(), 64));
+        return true;
+    }
+    bool on_key(json::string_view s, std::size_t, json::error_code&) {
+        if (key.size() < 64) key.append(s.data(), std::min<std::size_t>(s.size(), 64));
+        return true;
+    }
+    bool on_string_part(json::string_view s, std::size_t, json::error_code&) {
+        append(std::string_view(s.data(), s.size()));
+        return true;
+    }
+    bool on_string(json::string_view s, std::size_t, json::error_code&) {
+        append(std::string_view(s.data(), s.size()));
+        key.clear();
+        return true;
+    }
+    bool on_number_part(json::string_view, json::error_code&) { return true; }
+    bool on_int64(std::int64_t v, json::string_view, json::error_code&) {
+        if (depth == 1 && key == "exit_code") exit_code = v;
+        key.clear();
+        return true;
+    }
+    bool on_uint64(std::uint64_t v, json::string_view, json::error_code&) {
+        if (depth == 1 && key == "exit_code")
+            exit_code = static_cast<std::int64_t>(std::min<std::uint64_t>(v, INT64_MAX));
+        key.clear();
+        return true;
+    }
+    bool on_double(double, json::string_view, json::error_code&) {
+        key.clear();
+        return true;
+    }
+    bool on_bool(bool, json::error_code&) {
+        key.clear();
+        return true;
+    }
+    bool on_null(json::error_code&) {
+        key.clear();
+        return true;
+    }
+    bool on_comment_part(json::string_view, json::error_code&) { return true; }
+    bool on_comment(json::string_view, json::error_code&) { return true; }
+};
+
+struct ExecuteResponseReader::State {
+    explicit State(std::size_t cap) : parser(json::parse_options{}) { parser.handler().cap = cap; }
+    json::basic_parser<ExecuteHandler> parser;
+    bool failed = false;
+};
+
+ExecuteResponseReader::ExecuteResponseReader(std::size_t cap) : state_(std::make_unique<State>(cap)) {}
+ExecuteResponseReader::~ExecuteResponseReader() = default;
+
+bool ExecuteResponseReader::write(std::string_view chunk) {
+    if (state_->failed) return false;
+    json::error_code ec;
+    state_->parser.write_some(true, chunk.data(), chunk.size(), ec);
+    if (ec) state_->failed = true;
+    return !state_->failed;
+}
+
+bool ExecuteResponseReader::finish() {
+    if (state_->failed) return false;
+    json::error_code ec;
+    state_->parser.write_some(false, nullptr, 0, ec);
+    if (ec || !state_->parser.done() || !state_->parser.handler().top_is_object) state_->failed = true;
+    return !state_->failed;
+}
+
+const std::string& ExecuteResponseReader::stdout_text() const { return state_->parser.handler().out; }
+const std::string& ExecuteResponseReader::stderr_text() const { return state_->parser.handler().err; }
+const std::string& ExecuteResponseReader::stderr_tail() const { return state_->parser.handler().err_tail; }
+std::optional<std::int64_t> ExecuteResponseReader::exit_code() const { return state_->parser.handler().exit_code; }
+bool ExecuteResponseReader::truncated() const { return state_->parser.handler().truncated; }
+
+namespace {
+
+// Base64 that may be cut anywhere (a capped stream): line breaks skipped, a partial last group
+// dropped. nullopt when something else than base64 is in it.
+std::optional<std::string> decode_prefix(std::string_view text) {
+    std::string compact;
+    compact.reserve(text.size());
+    for (char c : text) {
+        if (c != '\n' && c != '\r') compact += c;
+    }
+    if (compact.size() % 4 != 0) {
+        compact.resize(compact.size() - compact.size() % 4);
+    }
+    return proto::base64_decode(compact);
+}
+
+}  // namespace
+
+DecodedRun decode_run(std::string stdout_text, std::string stderr_text, std::string_view stderr_tail, bool truncated,
+                      std::string_view marker) {
+    DecodedRun r;
+    r.truncated = truncated;
+    // The trailer is the last line of stderr; the line break before it is the wrapper's own.
+    std::string_view line;
+    if (stderr_tail.size() >= 2 && stderr_tail.back() == '\n') {
+        auto nl = stderr_tail.rfind('\n', stderr_tail.size() - 2);
+        if (nl != std::string_view::npos) line = stderr_tail.substr(nl + 1, stderr_tail.size() - nl - 2);
+    }
+    const std::string timeout_line = std::string(marker) + "-timeout";
+    const std::string base64_prefix = std::string(marker) + "-base64 ";
+    if (!marker.empty() && line == timeout_line) {
+        r.timed_out = true;
+        return r;
+    }
+    if (!marker.empty() && line.substr(0, base64_prefix.size()) == base64_prefix) {
+        std::string_view status = line.substr(base64_prefix.size());
+        std::int64_t code = 0;
+        bool digits = !status.empty() && status.size() < 10;
+        for (char c : status) {
+            if (c < '0' || c > '9') {
+                digits = false;
+            } else {
+                code = code * 10 + (c - '0');
+            }
+        }
+        r.exit_code = digits ? std::optional<std::int64_t>(code) : std::nullopt;
+        // The trailer (whole, or what the cap left of it) is not part of the output.
+        if (auto cut = stderr_text.rfind("\n" + std::string(marker).substr(0, 8)); cut != std::string::npos)
+            stderr_text.resize(cut);
+        auto out = decode_prefix(stdout_text);
+        auto err = decode_prefix(stderr_text);
+        if (!out || !err) {
+            r.malformed = true;
+            return r;
+        }
+        r.stdout_bytes = std::move(*out);
+        r.stderr_bytes = std::move(*err);
+        return r;
+    }
+    r.plain = true;
+    r.stdout_bytes = std::move(stdout_text);
+    r.stderr_bytes = std::move(stderr_text);
+    return r;
+}
+
+ComposedOutput compose_output(std::string stdout_text, std::string stderr_text, bool truncated, std::size_t cap) {
+    ComposedOutput r;
+    r.output = std::move(stdout_text);
+    if (!r.output.empty() && !stderr_text.empty()) r.output += '\n';
+    r.output += stderr_text;
+    r.truncated = truncated || r.output.size() > cap;
+    if (r.output.size() > cap) {
+        r.output.resize(cap);
+        // Cut on a character boundary when the text is UTF-8; bytes stay bytes otherwise.
+        std::size_t lead = cap;
+        for (int back = 0; lead > 0 && back < 4; ++back) {
+            --lead;
+            const unsigned char c = static_cast<unsigned char>(r.output[lead]);
+            if ((c & 0xC0) != 0x80) {
+                const std::size_t need = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+                if (lead + need > cap) r.output.resize(lead);
+                break;
+            }
+        }
+    }
+    return r;
+}
+
+std::string runtime_failure(std::string_view stderr_text, std::int64_t exit_code) {
+    constexpr std::string_view prefix = "Failed to execute command: ";
+    if (exit_code != 1 || stderr_text.substr(0, prefix.size()) != prefix) return {};
+    return std::string(stderr_text.substr(prefix.size()));
+}
+
+std::optional<std::int64_t> runtime_timeout_seconds(std::string_view failure) {
+    constexpr std::string_view after = "' timed out after ";
+    auto at = failure.rfind(after);
+    if (at == std::string_view::npos || failure.substr(0, 9) != "Command '") return std::nullopt;
+    std::string_view rest = failure.substr(at + after.size());
+    std::int64_t seconds = 0;
+    std::size_t i = 0;
+    while (i < rest.size() && rest[i] >= '0' && rest[i] <= '9' && seconds < 1'000'000'000) {
+        seconds = seconds * 10 + (rest[i] - '0');
+        ++i;
+    }
+    if (i == 0 || rest.size() < 8 || rest.substr(rest.size() - 8) != " seconds") return std::nullopt;
+    return seconds;
+}
+
+MultipartBody multipart_file(std::string_view filename, std::string_view data, std::string_view boundary) {
+    MultipartBody m;
+    m.content_type = "multipart/form-data; boundary=" + std::string(boundary);
+    m.body.reserve(data.size() + filename.size() + 2 * boundary.size() + 128);
+    m.body += "--";
+    m.body += boundary;
+    m.body += "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"";
+    m.body += filename;
+    m.body += "\"\r\n\r\n";
+    m.body += data;
+    m.body += "\r\n--";
+    m.body += boundary;
+    m.body += "--\r\n";
+    return m;
+}
+
+std::optional<std::string> runtime_relative_name(std::string_view base, std::string_view path) {
+    while (base.size() > 1 && base.back() == '/') base.remove_suffix(1);
+    if (base.empty() || base.front() != '/' || path.empty() || path.front() != '/') return std::nullopt;
+    std::string_view rel;
+    if (base == "/") {
+        rel = path.substr(1);
+    } else {
+        if (path.size() <= base.size() + 1 || path.substr(0, base.size()) != base || path[base.size()] != '/')
+            return std::nullopt;
+        rel = path.substr(base.size() + 1);
+    }
+    if (rel.empty() || rel.back() == '/' || !files::valid_utf8(rel)) return std::nullopt;
+    std::size_t start = 0;
+    while (start <= rel.size()) {
+        auto slash = rel.find('/', start);
+        auto part = rel.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+        if (part.empty() || part == "." || part == "..") return std::nullopt;
+        if (slash == std::string_view::npos) break;
+        start = slash + 1;
+    }
+    for (unsigned char c : rel) {
+        if (c < 0x20 || c == 0x7f || c == '%' || c == '"' || c == '\\') return std::nullopt;
+    }
+    return std::string(rel);
+}
+
+namespace {
+
+// $1 path, $2 base64 piece, $3 1 for the first piece (checks, then truncate) or 0 (append).
+constexpr const char* upload_piece_script = R"SH(p=$1
+if [ "$3" = 1 ]; then
+  case $p in */*) d=${p%/*}; [ -n "$d" ] || d=/ ;; *) d=. ;; esac
+  if [ ! -d "$d" ]; then
+    mkdir -p -- "$d" 2>/dev/null || { [ -e "$d" ] && exit 22; exit 20; }
+  fi
+  [ -d "$p" ] && exit 21
+  { true > "$p"; } 2>/dev/null || exit 20
+  printf %s "$2" | base64 -d > "$p" || exit 24
+else
+  printf %s "$2" | base64 -d >> "$p" || exit 24
+fi
+)SH";
+
+// $1 path, $2 byte limit.
+constexpr const char* download_script = R"SH(p=$1
+[ -d "$p" ] && exit 21
+[ -e "$p" ] || exit 22
+[ -r "$p" ] || exit 20
+n=$(wc -c < "$p") || exit 20
+[ "$n" -gt "$2" ] && exit 23
+exec base64 < "$p"
+)SH";
+
+}  // namespace
+
+std::vector<std::string> upload_piece_argv(std::string_view path, std::string_view piece, bool first) {
+    return {"sh", "-c", upload_piece_script, "sh", std::string(path), proto::base64_encode(piece), first ? "1" : "0"};
+}
+
+std::vector<std::string> download_argv(std::string_view path, std::size_t max_bytes) {
+    return {"sh", "-c", download_script, "sh", std::string(path), std::to_string(max_bytes)};
+}
+
+std::optional<std::string> transfer_error(std::int64_t exit_code, std::string_view stderr_text) {
+    switch (exit_code) {
+        case 0:
+            return std::nullopt;
+        case 20:
+            return std::string(file_error::permission_denied);
+        case 21:
+            return std::string(file_error::is_directory);
+        case 22:
+            return std::string(file_error::file_not_found);
+        case 23:
+            return std::string(file_error::file_too_large);
+        default:
+            break;
+    }
+    std::string why(stderr_text.substr(0, 200));
+    while (!why.empty() && (why.back() == '\n' || why.back() == '\r')) why.pop_back();
+    std::string out = "transfer failed (exit code " + std::to_string(exit_code) + ")";
+    if (!why.empty()) out += ": " + why;
+    return out;
+}
+
+}  // namespace kubesandbox::runtime_protocol

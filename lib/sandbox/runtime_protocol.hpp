@@ -1,0 +1,104 @@
+// Sans-IO client side of the python-runtime protocol (through a router or not): request bodies,
+// the command wrapping the runtime needs (it splits commands with shlex and runs no shell), the
+// watchdog that gives execute its timeout, a streaming reader of /execute responses with caps,
+// multipart uploads, path quoting, and the commands that move files the HTTP endpoints cannot.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kubesandbox::runtime_protocol {
+
+// Python's urllib.parse.quote(s, safe=''): all but A-Za-z0-9_.-~ percent-encoded ('/' too).
+std::string quote_segment(std::string_view s);
+
+// The JSON body of POST /execute that runs `argv` (each element quoted for shlex). Arguments
+// that are not UTF-8 cannot travel in JSON: then the body runs sh, which decodes the quoted
+// command line from base64 and evals it (needs base64 in the image, as busybox has).
+std::string execute_body(const std::vector<std::string>& argv);
+
+// argv running `command` under sh: both streams base64-encoded (the runtime cannot return bytes
+// that are not UTF-8) with the exit status after them, and a watchdog that after
+// `timeout_seconds` (0 = none) kills the command's process group (the runtime starts every
+// command in a process group of its own). decode_run() reads the result.
+std::vector<std::string> execute_argv(std::string_view command, std::string_view marker, std::int64_t timeout_seconds);
+
+// Reads a /execute response body {"stdout","stderr","exit_code"} as it arrives, keeping at most
+// `cap` bytes of each stream; the rest is counted, not stored.
+class ExecuteResponseReader {
+public:
+    explicit ExecuteResponseReader(std::size_t cap);
+    ~ExecuteResponseReader();
+    ExecuteResponseReader(const ExecuteResponseReader&) = delete;
+    ExecuteResponseReader& operator=(const ExecuteResponseReader&) = delete;
+
+    bool write(std::string_view chunk);  // false on malformed JSON
+    bool finish();                       // false when the document is incomplete or malformed
+
+    const std::string& stdout_text() const;
+    const std::string& stderr_text() const;
+    const std::string& stderr_tail() const;  // the last bytes of stderr, kept past the cap
+    std::optional<std::int64_t> exit_code() const;
+    bool truncated() const;  // a stream was longer than the cap
+
+    struct State;
+
+private:
+    std::unique_ptr<State> state_;
+};
+
+// What a command run by execute_argv() produced, from the /execute response's streams.
+struct DecodedRun {
+    std::string stdout_bytes, stderr_bytes;
+    std::optional<std::int64_t> exit_code;  // from the trailer; plain runs use the runtime's
+    bool timed_out = false;
+    bool truncated = false;
+    bool plain = false;      // no trailer: the streams came as they are (no temporary directory)
+    bool malformed = false;  // a trailer, but the streams were not base64
+};
+DecodedRun decode_run(std::string stdout_text, std::string stderr_text, std::string_view stderr_tail, bool truncated,
+                      std::string_view marker);
+
+// stdout, then "\n" + stderr when both are non-empty, cut at `cap` (on a UTF-8 boundary when
+// the cut falls inside a character).
+struct ComposedOutput {
+    std::string output;
+    bool truncated = false;
+};
+ComposedOutput compose_output(std::string stdout_text, std::string stderr_text, bool truncated, std::size_t cap);
+
+// What the runtime reports in-band when it could not run or finish a command: stderr
+// "Failed to execute command: ..." with exit code 1. Empty when the text is not such a report.
+std::string runtime_failure(std::string_view stderr_text, std::int64_t exit_code);
+
+// The runtime's own timeout ("... timed out after 300.0 seconds"): its limit in whole seconds.
+std::optional<std::int64_t> runtime_timeout_seconds(std::string_view failure);
+
+// multipart/form-data with one part "file" named `filename`.
+struct MultipartBody {
+    std::string content_type;
+    std::string body;
+};
+MultipartBody multipart_file(std::string_view filename, std::string_view data, std::string_view boundary);
+
+// The base-relative name to use with /upload or /download for the absolute `path`, or nullopt
+// when the path must go through commands: outside `base`, the base itself, names the runtime
+// would read differently (a '%' is decoded twice; quotes, backslashes and control characters do
+// not survive the multipart header) or not UTF-8.
+std::optional<std::string> runtime_relative_name(std::string_view base, std::string_view path);
+
+// Commands that move one file without the HTTP endpoints (sh + base64 in the sandbox).
+// Exit codes: 20 permission denied, 21 is a directory, 22 not found, 23 larger than max_bytes.
+// Uploads go in pieces (an argument is at most 128 KiB): the first truncates, the rest append.
+inline constexpr std::size_t upload_piece_bytes = 64 * 1024;
+std::vector<std::string> upload_piece_argv(std::string_view path, std::string_view piece, bool first);
+std::vector<std::string> download_argv(std::string_view path, std::size_t max_bytes);
+// The per-file error for a transfer command's exit code: nullopt for 0.
+std::optional<std::string> transfer_error(std::int64_t exit_code, std::string_view stderr_text);
+
+}  // namespace kubesandbox::runtime_protocol

@@ -1,0 +1,230 @@
+// RouterSandbox against the local cluster: the python-runtime protocol through the sandbox router
+// to a runtime in a real pod (busybox root: no python3, no bash).
+#include <kubesandbox/router_sandbox.hpp>
+
+#include "../support/local_cluster_fixture.hpp"
+#include "../support/runtime_pod.hpp"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+#include <gtest/gtest.h>
+
+namespace {
+namespace asio = boost::asio;
+using namespace kubesandbox;
+using namespace std::chrono_literals;
+using namespace std::string_literals;
+
+class RouterSandboxTest : public kubesandbox::test::LocalClusterTest {
+protected:
+    // A runtime pod named `name` and a sandbox on it through the cluster's router, with options_.
+    // (No default argument: g++ 12 mishandles them on coroutines.)
+    asio::awaitable<std::unique_ptr<RouterSandbox>> sandbox(std::string name) {
+        RouterSandboxOptions options = options_;
+        auto kube = client();
+        auto created = co_await test::create_runtime_pod(kube, "default", name, "busybox-runtime", "/app");
+        EXPECT_TRUE(created) << (created ? "" : created.error().describe());
+        if (!created) co_return nullptr;
+        options.sandbox_name = name;
+        co_return std::make_unique<RouterSandbox>(test::local_router(*cluster_, io_.get_executor()), options);
+    }
+
+    asio::awaitable<void> remove(std::string name) {
+        auto kube = client();
+        ResourcePath pod{"", "v1", "pods", "default", name};
+        co_await kube.remove(pod);
+    }
+
+    RouterSandboxOptions options_;
+};
+
+TEST_F(RouterSandboxTest, ExecuteRunsShellCommandsWithRawModeResults) {
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await sandbox("rt-exec");
+        if (!sb) co_return;
+        EXPECT_EQ(sb->id(), "default/rt-exec");
+        auto r = co_await sb->execute("echo out; echo err >&2; exit 3");
+        EXPECT_TRUE(r && r->output == "out\n\nerr\n" && r->exit_code == 3) << (r ? r->output : r.error().describe());
+        // Pipes, variables and quotes reach sh untouched (the runtime itself runs no shell).
+        r = co_await sb->execute("printf '%s|' \"a'b\" 'c\"d' '$HOME' `echo x` | wc -c; pwd");
+        EXPECT_TRUE(r && r->output == "16\n/app\n") << (r ? r->output : r.error().describe());
+        r = co_await sb->execute("printf 'l1\\nl2\\n' | while read -r l; do echo \"<$l>\"; done");
+        EXPECT_TRUE(r && r->output == "<l1>\n<l2>\n") << (r ? r->output : "");
+        // Bytes that JSON cannot carry travel base64-encoded.
+        r = co_await sb->execute("printf '%s' '\xff\xfe' | wc -c");
+        EXPECT_TRUE(r && r->output == "2\n" && r->exit_code == 0) << (r ? r->output : r.error().describe());
+        // Output that is not UTF-8 comes back byte for byte (the runtime alone would refuse it).
+        r = co_await sb->execute("printf 'a\\377b\\000c'; printf '\\376' >&2");
+        EXPECT_TRUE(r && r->output ==
+                             "a\xff"
+                             "b\0c\n\xfe"s)
+            << (r ? r->output : r.error().describe());
+        r = co_await sb->execute("kill -9 $$");
+        EXPECT_TRUE(r && r->exit_code == 137) << (r ? std::to_string(r->exit_code.value_or(-1)) : "");
+        r = co_await sb->execute("cat; echo done");  // stdin is not a pipe that stays open
+        EXPECT_TRUE(r && r->output == "done\n");
+        auto nul = co_await sb->execute("echo a\0b"s);
+        EXPECT_TRUE(!nul && nul.error().code == errc::invalid_argument);
+        auto negative = co_await sb->execute("true", -1s);
+        EXPECT_TRUE(!negative && negative.error().code == errc::invalid_argument);
+        co_await remove("rt-exec");
+    });
+}
+
+TEST_F(RouterSandboxTest, TimeoutAnswers124AndKillsTheCommandsGroup) {
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await sandbox("rt-timeout");
+        if (!sb) co_return;
+        auto begun = std::chrono::steady_clock::now();
+        auto r = co_await sb->execute("sleep 31 & echo started; sleep 32", 1s);
+        auto took = std::chrono::steady_clock::now() - begun;
+        EXPECT_TRUE(r && r->exit_code == 124 && r->output == "Command timed out after 1 seconds")
+            << (r ? r->output : r.error().describe());
+        EXPECT_LT(took, 10s);
+        auto left = co_await sb->execute("ps -o args | grep -c '^sleep 3[12]'");
+        EXPECT_TRUE(left && left->output == "0\n") << (left ? left->output : left.error().describe());
+        // A command that ends in time is not disturbed by its watchdog.
+        r = co_await sb->execute("sleep 0.2; echo ok", 5s);
+        EXPECT_TRUE(r && r->output == "ok\n" && r->exit_code == 0);
+        co_await remove("rt-timeout");
+    });
+}
+
+TEST_F(RouterSandboxTest, LargeOutputIsCappedWhileItStreams) {
+    options_.max_output_bytes = 64 * 1024;
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await sandbox("rt-big");
+        if (!sb) co_return;
+        auto r = co_await sb->execute("head -c 5000000 /dev/zero | tr '\\0' a; echo tail >&2");
+        EXPECT_TRUE(r && r->truncated && r->output.size() == 64 * 1024 &&
+                    r->output.find_first_not_of('a') == std::string::npos)
+            << (r ? std::to_string(r->output.size()) : r.error().describe());
+        co_await remove("rt-big");
+    });
+}
+
+TEST_F(RouterSandboxTest, TransfersInsideAndOutsideTheRuntimeBase) {
+    options_.max_file_bytes = 3 * 1024 * 1024;
+    const RouterSandboxOptions& options = options_;
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await sandbox("rt-files");
+        if (!sb) co_return;
+        std::string binary;
+        for (int i = 0; i < 256; ++i) binary += static_cast<char>(i);
+        std::string big(2 * 1024 * 1024 + 17, 'x');
+        for (std::size_t i = 0; i < big.size(); i += 997) big[i] = static_cast<char>(i % 251);
+        const std::vector<std::string> paths = {
+            "/app/a/b.bin",           // /upload and /download
+            "/app/big.dat",           // the same, 2 MiB
+            "/tmp/out/c.bin",         // outside the base: commands
+            "/tmp/big.dat",           // commands, in pieces
+            "/app/q\"uo\nte%25.txt",  // a name the endpoints cannot carry: commands
+            "/app/ünï.txt",
+        };
+        const std::vector<std::string> contents = {binary, big, binary, big, "odd", "utf8"};
+        std::vector<std::pair<std::string, std::string>> files;
+        for (std::size_t i = 0; i < paths.size(); ++i) files.emplace_back(paths[i], contents[i]);
+        files.emplace_back("relative.txt", "x");
+        files.emplace_back("/etc/passwd", "x");
+        files.emplace_back("/app", "x");
+        files.emplace_back("/app/too-big", std::string(options.max_file_bytes + 1, 'y'));
+        auto up = co_await sb->upload_files(files);
+        EXPECT_TRUE(up && up->size() == files.size()) << (up ? "" : up.error().describe());
+        if (!up || up->size() != files.size()) co_return;
+        for (std::size_t i = 0; i < paths.size(); ++i)
+            EXPECT_FALSE((*up)[i].error) << paths[i] << ": " << *(*up)[i].error;
+        EXPECT_EQ((*up)[6].error, "invalid_path");
+        EXPECT_EQ((*up)[7].error, "permission_denied");
+        EXPECT_EQ((*up)[8].error, "is_directory");
+        EXPECT_EQ((*up)[9].error, "file_too_large");
+
+        auto prepared = co_await sb->execute(
+            "mkdir -p /app/d && printf s > /app/secret && chmod 000 /app/secret && "
+            "head -c 3200000 /dev/zero > /app/huge && ln -s /tmp/big.dat /app/link");
+        EXPECT_TRUE(prepared && prepared->exit_code == 0);
+        std::vector<std::string> wanted = paths;
+        for (const char* p : {"/app/missing", "/app/d", "/app/secret", "/app/huge", "/tmp/none", "/app/link", "x"})
+            wanted.push_back(p);
+        auto down = co_await sb->download_files(wanted);
+        EXPECT_TRUE(down && down->size() == wanted.size()) << (down ? "" : down.error().describe());
+        if (!down || down->size() != wanted.size()) co_return;
+        for (std::size_t i = 0; i < paths.size(); ++i) {
+            EXPECT_EQ((*down)[i].path, paths[i]);
+            EXPECT_TRUE((*down)[i].content == contents[i]) << paths[i] << ": " << (*down)[i].error.value_or("");
+        }
+        const std::size_t n = paths.size();
+        EXPECT_EQ((*down)[n].error, "file_not_found");
+        EXPECT_EQ((*down)[n + 1].error, "is_directory");
+        EXPECT_EQ((*down)[n + 2].error, "permission_denied");
+        EXPECT_EQ((*down)[n + 3].error, "file_too_large");
+        EXPECT_EQ((*down)[n + 4].error, "file_not_found");
+        EXPECT_TRUE((*down)[n + 5].content == big) << "a symlink out of the base is followed, as raw mode does";
+        EXPECT_EQ((*down)[n + 6].error, "invalid_path");
+        co_await remove("rt-files");
+    });
+}
+
+TEST_F(RouterSandboxTest, RouterAndRuntimeFailuresAreTypedErrors) {
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await sandbox("rt-errors");
+        if (!sb) co_return;
+        RouterSandboxOptions other;
+        other.sandbox_name = "no-such-sandbox";
+        RouterSandbox missing(test::local_router(*cluster_, io_.get_executor()), other);
+        auto r = co_await missing.execute("true");
+        EXPECT_TRUE(!r && r.error().code == errc::service_unavailable) << (r ? "ran" : r.error().describe());
+
+        DirectConnectionOptions wrong;
+        wrong.url = cluster_->router_url();
+        wrong.token = "not-the-token";
+        RouterSandboxOptions same;
+        same.sandbox_name = "rt-errors";
+        RouterSandbox unauthorized(*make_direct_connection(io_.get_executor(), wrong), same);
+        r = co_await unauthorized.execute("true");
+        EXPECT_TRUE(!r && r.error().code == errc::unauthorized) << (r ? "ran" : r.error().describe());
+
+        DirectConnectionOptions closed;
+        closed.url = "http://127.0.0.1:1";
+        RouterSandbox nowhere(*make_direct_connection(io_.get_executor(), closed), same);
+        r = co_await nowhere.execute("true");
+        EXPECT_TRUE(!r && r.error().code == errc::connection_failed) << (r ? "ran" : r.error().describe());
+        DirectConnectionOptions ftp;
+        ftp.url = "ftp://x";
+        EXPECT_FALSE(make_direct_connection(io_.get_executor(), ftp));
+
+        // The runtime dies mid-command: an error, not a hang, and the command is not replayed.
+        r = co_await sb->execute("echo once >> /app/count; kill -9 $(pidof sandbox-runtime)", 20s);
+        EXPECT_TRUE(!r && (r.error().code == errc::connection_closed || r.error().code == errc::service_unavailable))
+            << (r ? r->output : "");
+        auto kube = client();
+        for (int i = 0; i < 200; ++i) {
+            auto again = co_await sb->execute("cat /app/count");
+            if (again) {
+                EXPECT_EQ(again->output, "once\n");
+                break;
+            }
+            co_await test::sleep_for(50ms);
+        }
+        co_await remove("rt-errors");
+    });
+}
+
+TEST_F(RouterSandboxTest, ManyConcurrentExecutesShareThePool) {
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await sandbox("rt-many");
+        if (!sb) co_return;
+        constexpr int n = 64;
+        int right = 0;
+        std::vector<asio::awaitable<void>> calls;
+        auto one = [&](int i) -> asio::awaitable<void> {
+            auto r = co_await sb->execute("echo " + std::to_string(i));
+            if (r && r->output == std::to_string(i) + "\n") ++right;
+        };
+        using namespace asio::experimental::awaitable_operators;
+        for (int i = 0; i < n; i += 4) co_await (one(i) && one(i + 1) && one(i + 2) && one(i + 3));
+        EXPECT_EQ(right, n);
+        co_await remove("rt-many");
+    });
+}
+
+}  // namespace

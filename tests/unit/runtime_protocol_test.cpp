@@ -1,0 +1,116 @@
+// The client side of the python-runtime protocol, without sockets.
+#include "sandbox/runtime_protocol.hpp"
+
+#include <boost/json/parse.hpp>
+
+#include <gtest/gtest.h>
+
+namespace rp = kubesandbox::runtime_protocol;
+using namespace std::string_literals;
+
+TEST(RuntimeProtocol, QuotesPathSegmentsLikePythonQuoteSafeEmpty) {
+    EXPECT_EQ(rp::quote_segment("a/b c~_.-ü%"), "a%2Fb%20c~_.-%C3%BC%25");
+}
+
+TEST(RuntimeProtocol, ExecuteBodyQuotesForShlexAndFallsBackToBase64) {
+    auto body = boost::json::parse(rp::execute_body({"sh", "-c", "echo 'a' \"$b\""}));
+    EXPECT_EQ(body.at("command").as_string(), R"('sh' '-c' 'echo '\''a'\'' "$b"')");
+    auto binary = boost::json::parse(rp::execute_body({"printf", "\xff"}));
+    std::string command(binary.at("command").as_string());
+    EXPECT_EQ(command.rfind("sh -c 'eval \"$(printf %s ", 0), 0u) << command;
+    EXPECT_NE(command.find(" | base64 -d)\"'"), std::string::npos);
+}
+
+TEST(RuntimeProtocol, ReaderKeepsCappedStreamsAndTheTailOfStderr) {
+    rp::ExecuteResponseReader reader(4);
+    std::string body = R"({"stdout":"abcdefgh","stderr":"0123456789\u00e9","exit_code":3,"extra":{"stdout":"x"}})";
+    for (char c : body) ASSERT_TRUE(reader.write(std::string_view(&c, 1)));
+    ASSERT_TRUE(reader.finish());
+    EXPECT_EQ(reader.stdout_text(), "abcd");
+    EXPECT_EQ(reader.stderr_text(), "0123");
+    EXPECT_EQ(reader.stderr_tail(), "0123456789\xc3\xa9");
+    EXPECT_EQ(reader.exit_code(), 3);
+    EXPECT_TRUE(reader.truncated());
+
+    rp::ExecuteResponseReader bad(10);
+    EXPECT_FALSE(bad.write("{\"stdout\": tru") && bad.write("x}") && bad.finish());
+    rp::ExecuteResponseReader cut(10);
+    EXPECT_TRUE(cut.write(R"({"stdout":"a")"));
+    EXPECT_FALSE(cut.finish());
+    rp::ExecuteResponseReader array(10);
+    EXPECT_TRUE(array.write("[1]"));
+    EXPECT_FALSE(array.finish());
+}
+
+TEST(RuntimeProtocol, DecodesTheWrappedRun) {
+    const std::string m = "kubesandbox-timeout-0123456789abcdef";
+    // "hi\n" and "\xff" base64-encoded, then the trailer.
+    auto r = rp::decode_run("aGkK\n", "/w==\n\n" + m + "-base64 7\n", "/w==\n\n" + m + "-base64 7\n", false, m);
+    EXPECT_FALSE(r.plain || r.malformed || r.timed_out);
+    EXPECT_EQ(r.stdout_bytes, "hi\n");
+    EXPECT_EQ(r.stderr_bytes, "\xff");
+    EXPECT_EQ(r.exit_code, 7);
+    r = rp::decode_run("aGkK", "\n" + m + "-timeout\n", "\n" + m + "-timeout\n", false, m);
+    EXPECT_TRUE(r.timed_out);
+    r = rp::decode_run("plain", "text", "text", false, m);
+    EXPECT_TRUE(r.plain);
+    EXPECT_EQ(r.stdout_bytes, "plain");
+    // Capped: a partial base64 group is dropped; the trailer survives in the tail.
+    r = rp::decode_run("aGVsbG8gd29y", "d2", "d2\n" + m + "-base64 0\n", true, m);
+    EXPECT_EQ(r.stdout_bytes, "hello wor");
+    EXPECT_EQ(r.stderr_bytes, "");
+    EXPECT_TRUE(r.truncated);
+    r = rp::decode_run("not base64!", "\n" + m + "-base64 0\n", "\n" + m + "-base64 0\n", false, m);
+    EXPECT_TRUE(r.malformed);
+    // A marker the command printed itself in the middle of stderr is not a trailer.
+    r = rp::decode_run("", m + "-timeout\nmore\n", m + "-timeout\nmore\n", false, m);
+    EXPECT_TRUE(r.plain && !r.timed_out);
+}
+
+TEST(RuntimeProtocol, ComposesAndCapsOutput) {
+    auto c = rp::compose_output("out\n", "err\n", false, 100);
+    EXPECT_EQ(c.output, "out\n\nerr\n");
+    EXPECT_FALSE(c.truncated);
+    c = rp::compose_output("ab\xc3\xa9", "", false, 3);  // é would be cut in half
+    EXPECT_EQ(c.output, "ab");
+    EXPECT_TRUE(c.truncated);
+    c = rp::compose_output("\xff\xfe\xfd\xfc", "", false, 3);  // bytes are cut where the cap is
+    EXPECT_EQ(c.output, "\xff\xfe\xfd");
+}
+
+TEST(RuntimeProtocol, RuntimeFailuresAndItsOwnTimeout) {
+    EXPECT_EQ(rp::runtime_failure("Failed to execute command: No closing quotation", 1), "No closing quotation");
+    EXPECT_EQ(rp::runtime_failure("Failed to execute command: x", 2), "");
+    EXPECT_EQ(rp::runtime_failure("other", 1), "");
+    EXPECT_EQ(rp::runtime_timeout_seconds("Command '['sleep', '15']' timed out after 10.0 seconds"), 10);
+    EXPECT_EQ(rp::runtime_timeout_seconds("Command '['sh']' timed out after 300.0 seconds"), 300);
+    EXPECT_FALSE(rp::runtime_timeout_seconds("No closing quotation"));
+    EXPECT_FALSE(rp::runtime_timeout_seconds("Command 'x' timed out after 5"));
+}
+
+TEST(RuntimeProtocol, ChoosesTheEndpointsOnlyForNamesTheRuntimeReadsBack) {
+    EXPECT_EQ(rp::runtime_relative_name("/app", "/app/a/b.txt"), "a/b.txt");
+    EXPECT_EQ(rp::runtime_relative_name("/app/", "/app/ü.txt"), "ü.txt");
+    EXPECT_EQ(rp::runtime_relative_name("/", "/etc/x"), "etc/x");
+    for (std::string p : {"/app", "/app/", "/apps/x", "/tmp/x", "/app/a%2Fb", "/app/q\"x", "/app/a\nb", "/app/a\\b",
+                          "/app/../etc/x", "/app/./x", "/app//x", "/app/\xff", "relative"})
+        EXPECT_FALSE(rp::runtime_relative_name("/app", p)) << p;
+}
+
+TEST(RuntimeProtocol, MultipartAndTransferResults) {
+    auto m = rp::multipart_file("a/b.txt", "da\0ta"s, "BOUND");
+    EXPECT_EQ(m.content_type, "multipart/form-data; boundary=BOUND");
+    EXPECT_EQ(
+        m.body,
+        "--BOUND\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a/b.txt\"\r\n\r\nda\0ta\r\n--BOUND--\r\n"s);
+    EXPECT_EQ(rp::transfer_error(0, ""), std::nullopt);
+    EXPECT_EQ(rp::transfer_error(20, ""), "permission_denied");
+    EXPECT_EQ(rp::transfer_error(21, ""), "is_directory");
+    EXPECT_EQ(rp::transfer_error(22, ""), "file_not_found");
+    EXPECT_EQ(rp::transfer_error(23, ""), "file_too_large");
+    EXPECT_EQ(rp::transfer_error(5, "boom\n"), "transfer failed (exit code 5): boom");
+    auto up = rp::upload_piece_argv("/p", "\x01", true);
+    EXPECT_EQ(up.size(), 7u);
+    EXPECT_EQ(up[5], "AQ==");
+    EXPECT_EQ(up[6], "1");
+}
