@@ -2,6 +2,7 @@
 // its own header, <kubesandbox/local_cluster.hpp>, and library (dependency kubesandbox-local).
 #pragma once
 
+#include <kubesandbox/agent_sandbox_provider.hpp>
 #include <kubesandbox/error.hpp>
 #include <kubesandbox/file_format.hpp>
 #include <kubesandbox/file_ops.hpp>

@@ -39,7 +39,11 @@ struct LocalClusterOptions {
     // kubesandbox-runtime, the HTTP runtime of agent-sandbox pods (images python-runtime-sandbox*
     // and busybox-runtime*). Empty = $KUBESANDBOX_RUNTIME, else the installed or built program.
     std::filesystem::path runtime_program{};
-    Logger logger{};  // the kubelet's diagnostics (pods that fail to start or stop)
+    // The agent-sandbox controller (SandboxClaims, SandboxWarmPools, Sandboxes), with the
+    // templates and warm pools python-runtime and busybox-runtime in namespace default.
+    bool agent_sandbox = true;
+    int agent_sandbox_pool_replicas = 1;  // of each default warm pool
+    Logger logger{};                      // the kubelet's diagnostics (pods that fail to start or stop)
 };
 
 // Faults injected into API responses, for tests. Thread-safe.

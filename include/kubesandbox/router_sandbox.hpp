@@ -45,6 +45,7 @@ Result<std::shared_ptr<RouterConnection>> make_direct_connection(boost::asio::an
 
 struct RouterSandboxOptions {
     std::string sandbox_name{};             // X-Sandbox-ID: the Sandbox's name (status.sandbox.name)
+    std::string id{};                       // id(); empty = "<namespace>/<sandbox_name>"
     std::string namespace_name{"default"};  // X-Sandbox-Namespace
     std::uint16_t port{8888};               // X-Sandbox-Port: the runtime's port in the pod
     std::optional<std::string> pod_ip{};    // X-Sandbox-Pod-IP, when the router should use it

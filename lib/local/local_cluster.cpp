@@ -1,6 +1,8 @@
 // LocalCluster: owns the io_context thread, the listener, the API server and the kubelet.
+#include <kubesandbox/kube_client.hpp>
 #include <kubesandbox/local_cluster.hpp>
 
+#include "local/agent_controller.hpp"
 #include "local/api_server.hpp"
 #include "local/kubelet.hpp"
 #include "local/router.hpp"
@@ -103,6 +105,8 @@ struct LocalCluster::Impl {
     std::unique_ptr<local::ApiServer> api;
     std::unique_ptr<local::Kubelet> kubelet;
     std::unique_ptr<local::SandboxRouter> router;
+    std::unique_ptr<local::AgentController> controller;
+    std::future<void> defaults_ready;
     std::string router_url;
     std::thread thread;
     bool stopped = false;
@@ -234,6 +238,22 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
 
     Impl* raw = impl.get();
     asio::co_spawn(impl->ioc, raw->accept_loop(), asio::detached);
+    if (options.agent_sandbox) {
+        // The agent-sandbox controller is a client of this API server, on its executor.
+        local::AgentControllerOptions controller_opts;
+        controller_opts.default_pool_replicas = options.agent_sandbox_pool_replicas;
+        KubeConfig self_config = KubeConfig::from_url(impl->url, impl->token, "default");
+        self_config.certificate_authority_pem = impl->certs.ca_pem;
+        impl->controller = std::make_unique<local::AgentController>(impl->ioc.get_executor(),
+                                                                    KubeClient(impl->ioc.get_executor(), self_config),
+                                                                    controller_opts, options.logger);
+        // Started before the cluster's thread runs; that thread then creates the defaults, and
+        // start() returns once they exist so a claim made right away finds its pool.
+        auto defaults = std::make_shared<std::promise<void>>();
+        auto defaults_ready = defaults->get_future();
+        impl->controller->start([defaults] { defaults->set_value(); });
+        raw->defaults_ready = std::move(defaults_ready);
+    }
     impl->thread = std::thread([raw] {
         // The kubelet writes to pipes whose reader may have exited (a command that ignores its
         // stdin): that must be EPIPE on this thread, never a SIGPIPE that ends the host process.
@@ -250,6 +270,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
             }
         }
     });
+    if (raw->defaults_ready.valid()) raw->defaults_ready.wait_for(std::chrono::seconds(10));
     return std::unique_ptr<LocalCluster>(new LocalCluster(std::move(impl)));
 }
 
@@ -265,6 +286,7 @@ void LocalCluster::stop() {
             error_code ec;
             raw->acceptor->close(ec);
             raw->router->stop();
+            if (raw->controller) raw->controller->stop();
             raw->api->shutdown();
             raw->kubelet->shutdown();
             done.set_value();
@@ -280,6 +302,7 @@ void LocalCluster::stop() {
         raw->ioc.stop();
         raw->thread.join();
     }
+    raw->controller.reset();
     raw->router.reset();
     raw->api.reset();
     raw->kubelet.reset();

@@ -254,7 +254,7 @@ struct RouterSandbox::Internals {
 RouterSandbox::RouterSandbox(std::shared_ptr<RouterConnection> connection, RouterSandboxOptions options)
     : connection_(std::move(connection)),
       options_(std::move(options)),
-      id_(options_.namespace_name + "/" + options_.sandbox_name) {}
+      id_(options_.id.empty() ? options_.namespace_name + "/" + options_.sandbox_name : options_.id) {}
 
 RouterSandbox::~RouterSandbox() = default;
 

@@ -44,6 +44,7 @@ constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 
 std::unique_ptr<LocalCluster> start(LocalClusterOptions o) {
     o.tls = false;
+    o.agent_sandbox = false;  // no controller requests to take the faults meant for the test
     auto c = LocalCluster::start(o);
     EXPECT_TRUE(c.has_value()) << (c ? "" : c.error().describe());
     return c ? std::move(*c) : nullptr;

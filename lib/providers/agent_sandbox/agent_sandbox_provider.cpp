@@ -1,0 +1,441 @@
+// AgentSandboxProvider: SandboxClaims through the API, the data plane through a router.
+#include <kubesandbox/agent_sandbox_provider.hpp>
+
+#include "proto/validation.hpp"
+#include "providers/agent_sandbox/claims.hpp"
+#include "providers/raw/manifests.hpp"
+#include "providers/raw/naming.hpp"
+#include "util/json_access.hpp"
+#include "util/time_format.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <mutex>
+
+namespace kubesandbox {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using agent_sandbox::ClaimState;
+using std::chrono::steady_clock;
+using std::chrono::system_clock;
+using util::metadata_of;
+using util::string_at;
+
+struct AgentSandboxProvider::State {
+    State(KubeClient c, AgentSandboxProviderOptions o) : client(std::move(c)), options(std::move(o)) {}
+    KubeClient client;
+    AgentSandboxProviderOptions options;
+    std::mutex mutex;
+    std::map<std::string, steady_clock::time_point> activity_sent;  // claim name -> last PATCH
+};
+
+namespace {
+
+using StatePtr = std::shared_ptr<AgentSandboxProvider::State>;
+constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+
+// Raw mode's identity rules (reserved keys, sanitised values, originals kept) for the claim.
+RawProviderOptions identity_options(const AgentSandboxProviderOptions& o) {
+    RawProviderOptions r;
+    r.extra_labels = o.extra_labels;
+    r.default_labels = o.default_labels;
+    r.default_ttl_seconds = o.default_ttl_seconds;
+    r.default_ttl_idle_seconds = o.default_ttl_idle_seconds;
+    return r;
+}
+
+std::string selector(const AgentSandboxProviderOptions& o, const std::map<std::string, std::string>& user_labels) {
+    std::string s = std::string(keys::managed_by) + "=" + keys::managed_by_value;
+    for (const auto& [k, v] : user_labels)
+        s += "," + std::string(keys::prefix) + k + "=" + proto::sanitize_label_value(v);
+    (void)o;
+    return s;
+}
+
+// A caller id, "<namespace>/<claim>" (a sandbox's id()), or a random claim's bare name.
+Result<std::string> resolve_claim(const AgentSandboxProviderOptions& o, const std::string& id) {
+    if (id.empty()) return fail(errc::invalid_argument, "empty sandbox id");
+    if (auto slash = id.find('/'); slash != std::string::npos) {
+        if (id.substr(0, slash) != o.namespace_name)
+            return fail(errc::not_found, "sandbox " + id + " is not in namespace " + o.namespace_name);
+        return id.substr(slash + 1);
+    }
+    if (raw::is_random_pod_name(id)) return id;
+    return raw::pod_name_for(id);
+}
+
+Error claim_error(const ClaimState& s, const std::string& claim) {
+    std::string text = "sandbox claim " + claim + ": " + s.reason + (s.message.empty() ? "" : ": " + s.message);
+    if (s.reason == "TemplateNotFound" || s.reason == "WarmPoolNotFound" || s.reason == "InvalidMetadata" ||
+        s.reason == "EnvVarsInjectionRejected" || s.reason == "VolumeClaimTemplatesError")
+        return make_error(errc::invalid_config, text);
+    if (s.reason == "ClaimDeleted" || s.reason == "ClaimExpired" || s.reason == "SandboxExpired")
+        return make_error(errc::sandbox_lost, text);
+    return make_error(errc::pod_failed, text);
+}
+
+// Debounced, detached PATCH of the claim's last-activity annotation.
+void record_claim_activity(const StatePtr& st, const std::string& claim) {
+    {
+        std::lock_guard lock(st->mutex);
+        auto& last = st->activity_sent[claim];
+        auto now = steady_clock::now();
+        if (last != steady_clock::time_point{} && now - last < st->options.activity_debounce) return;
+        last = now;
+    }
+    ResourcePath p = agent_sandbox::claims_path(st->options);
+    p.name = claim;
+    json::object body{
+        {"metadata", json::object{{"annotations", json::object{{keys::last_activity, util::now_rfc3339()}}}}}};
+    asio::co_spawn(
+        st->client.get_executor(),
+        [st, p, body]() mutable -> asio::awaitable<void> {
+            auto r = co_await st->client.patch(p, json::value(std::move(body)), PatchType::merge);
+            if (!r && !r.error().is(errc::not_found))
+                st->options.logger.warning("agent-sandbox: recording activity of " + p.name + ": " +
+                                           r.error().describe());
+        },
+        asio::detached);
+}
+
+std::unique_ptr<Sandbox> make_sandbox(const StatePtr& st, const std::string& claim, const ClaimState& state) {
+    const auto& o = st->options;
+    RouterSandboxOptions r;
+    r.sandbox_name = state.sandbox_name;
+    r.namespace_name = o.namespace_name;
+    r.id = o.namespace_name + "/" + claim;
+    r.port = o.runtime_port;
+    if (o.send_pod_ip && !state.pod_ip.empty()) r.pod_ip = state.pod_ip;
+    r.base_dir = o.base_dir;
+    r.max_output_bytes = o.max_output_bytes;
+    r.default_timeout = o.default_exec_timeout;
+    r.max_file_bytes = o.max_file_bytes;
+    std::weak_ptr<AgentSandboxProvider::State> weak = st;
+    r.on_activity = [weak, claim] {
+        if (auto s = weak.lock()) record_claim_activity(s, claim);
+    };
+    return std::make_unique<RouterSandbox>(o.connection, std::move(r));
+}
+
+// Waits with one watch (re-established from the last resourceVersion, from scratch after 410)
+// until the claim is ready, has failed for good, or the deadline passes.
+asio::awaitable<Result<ClaimState>> wait_ready(StatePtr st, std::string claim, std::string resource_version,
+                                               steady_clock::time_point deadline) {
+    ResourcePath path = agent_sandbox::claims_path(st->options);
+    while (true) {
+        auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - steady_clock::now());
+        if (left.count() <= 0) co_return fail(errc::startup_timeout, "sandbox claim " + claim + " not ready in time");
+        WatchOptions w;
+        w.field_selector = "metadata.name=" + claim;
+        w.resource_version = resource_version;
+        w.timeout_seconds = static_cast<int>(std::max<std::int64_t>(1, left.count()));
+        w.idle_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(left) + std::chrono::seconds(5);
+        auto stream = co_await st->client.watch(path, w);
+        if (!stream) {
+            if (stream.error().is(errc::gone) || stream.error().is(errc::expired)) {
+                resource_version.clear();
+                continue;
+            }
+            co_return fail(stream.error());
+        }
+        while (true) {
+            auto event = co_await stream->next();
+            if (!event) {
+                if (event.error().is(errc::gone) || event.error().is(errc::expired)) resource_version.clear();
+                if (event.error().is(errc::timeout) && steady_clock::now() >= deadline)
+                    co_return fail(errc::startup_timeout, "sandbox claim " + claim + " not ready in time");
+                break;  // re-watch
+            }
+            if (!*event) break;  // the server ended the watch
+            const WatchEvent& ev = **event;
+            if (ev.type == WatchEvent::Type::error) {
+                resource_version.clear();
+                break;
+            }
+            if (ev.type == WatchEvent::Type::bookmark) {
+                resource_version = string_at(metadata_of(ev.object), "resourceVersion");
+                continue;
+            }
+            resource_version = string_at(metadata_of(ev.object), "resourceVersion");
+            if (ev.type == WatchEvent::Type::deleted) {
+                ClaimState gone;
+                gone.kind = ClaimState::Kind::failed;
+                gone.reason = "ClaimDeleted";
+                gone.message = "the claim was deleted while waiting for it";
+                co_return gone;
+            }
+            auto state = agent_sandbox::evaluate_claim(ev.object);
+            if (state.kind != ClaimState::Kind::pending) co_return state;
+        }
+    }
+}
+
+asio::awaitable<void> delete_quietly(StatePtr st, std::string claim) {
+    ResourcePath p = agent_sandbox::claims_path(st->options);
+    p.name = claim;
+    co_await st->client.remove(p);
+}
+
+// Ours: managed by kubesandbox and, when asked for by caller id, made for that id.
+bool ours(const json::object& claim, const std::optional<std::string>& label) {
+    return util::label_of(claim, keys::managed_by) == keys::managed_by_value &&
+           (!label || util::label_of(claim, keys::sandbox_id) == *label);
+}
+
+}  // namespace
+
+AgentSandboxProvider::AgentSandboxProvider(KubeClient client, AgentSandboxProviderOptions options)
+    : state_(std::make_shared<State>(std::move(client), std::move(options))) {}
+
+AgentSandboxProvider::~AgentSandboxProvider() = default;
+
+const AgentSandboxProviderOptions& AgentSandboxProvider::options() const { return state_->options; }
+
+std::string AgentSandboxProvider::claim_name_for(const std::string& id) { return raw::pod_name_for(id); }
+
+asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOptions request) {
+    StatePtr st = state_;
+    const auto& o = st->options;
+    if (!o.connection) co_return fail(errc::invalid_config, "agent-sandbox mode needs a router connection");
+    const bool random = !request.sandbox_id;
+    std::string claim = random ? raw::random_pod_name() : std::string();
+    if (!random) {
+        auto resolved = resolve_claim(o, *request.sandbox_id);
+        if (!resolved) co_return fail(resolved.error());
+        claim = *resolved;
+    }
+    // Asked for by name (a sandbox's id() or a random claim's name) or by caller id.
+    const bool by_name =
+        random || request.sandbox_id->find('/') != std::string::npos || raw::is_random_pod_name(*request.sandbox_id);
+    const std::string id = by_name ? claim : *request.sandbox_id;
+    auto identity = raw::make_identity(identity_options(o), id, request.labels, request.ttl_seconds,
+                                       request.ttl_idle_seconds, util::now_rfc3339());
+    if (!identity) co_return fail(identity.error());
+    const auto deadline = steady_clock::now() + o.ready_timeout;
+    ResourcePath path = agent_sandbox::claims_path(o);
+    SandboxOrigin origin = SandboxOrigin::existing;
+    bool created_here = false;
+    std::string resource_version;
+
+    for (int round = 0; round < 3; ++round) {
+        auto existing = co_await st->client.get(path.with_name(claim));
+        if (existing) {
+            if (!ours(*existing, by_name ? std::nullopt : std::optional<std::string>(identity->label)))
+                co_return fail(errc::conflict, "sandbox claim " + claim + " exists and was not made for " + id);
+            auto state = agent_sandbox::evaluate_claim(*existing);
+            if (state.kind == ClaimState::Kind::ready) {
+                Acquisition a;
+                a.sandbox = make_sandbox(st, claim, state);
+                a.origin = origin;
+                a.instance = string_at(metadata_of(*existing), "uid");
+                co_return a;
+            }
+            if (state.kind == ClaimState::Kind::failed) {
+                if (!request.create_if_missing)
+                    co_return fail(errc::not_found, "sandbox " + id + " is gone (" + state.reason + ")");
+                co_await delete_quietly(st, claim);
+                // Wait for the old claim to leave before making a new one under its name.
+                asio::steady_timer timer(co_await asio::this_coro::executor);
+                while (steady_clock::now() < deadline) {
+                    auto again = co_await st->client.get(path.with_name(claim));
+                    if (!again && again.error().is(errc::not_found)) break;
+                    timer.expires_after(std::chrono::milliseconds(50));
+                    co_await timer.async_wait(tuple_awaitable);
+                }
+                origin = SandboxOrigin::replaced;
+                continue;
+            }
+            resource_version = string_at(metadata_of(*existing), "resourceVersion");
+            if (origin == SandboxOrigin::existing) origin = SandboxOrigin::adopted;
+        } else if (existing.error().is(errc::not_found)) {
+            if (!request.create_if_missing) co_return fail(errc::not_found, "no sandbox " + id);
+            auto body = agent_sandbox::build_claim(o, claim, identity->labels, identity->annotations,
+                                                   request.ttl_seconds ? request.ttl_seconds : o.default_ttl_seconds,
+                                                   system_clock::now());
+            auto made = co_await st->client.create(path, std::move(body));
+            if (!made) {
+                if (made.error().is(errc::already_exists)) continue;  // a concurrent creator: adopt theirs
+                co_return fail(made.error());
+            }
+            created_here = true;
+            if (origin != SandboxOrigin::replaced) origin = SandboxOrigin::created;
+            resource_version = string_at(metadata_of(*made), "resourceVersion");
+        } else {
+            co_return fail(existing.error());
+        }
+
+        auto state = co_await wait_ready(st, claim, resource_version, deadline);
+        if (!state || state->kind != ClaimState::Kind::ready) {
+            // A claim this call made and that never became usable is not left behind.
+            if (created_here) co_await delete_quietly(st, claim);
+            if (!state) co_return fail(state.error());
+            co_return fail(claim_error(*state, claim));
+        }
+        if (created_here && origin == SandboxOrigin::created && state->sandbox_name != claim)
+            origin = SandboxOrigin::claimed_warm;
+        auto fresh = co_await st->client.get(path.with_name(claim));
+        Acquisition a;
+        a.sandbox = make_sandbox(st, claim, *state);
+        a.origin = origin;
+        a.instance = fresh ? string_at(metadata_of(*fresh), "uid") : std::string();
+        co_return a;
+    }
+    co_return fail(errc::conflict, "sandbox claim " + claim + " kept changing while acquiring it");
+}
+
+asio::awaitable<Result<SandboxInfo>> AgentSandboxProvider::describe(std::string id) {
+    StatePtr st = state_;
+    auto claim = resolve_claim(st->options, id);
+    if (!claim) co_return fail(claim.error());
+    ResourcePath p = agent_sandbox::claims_path(st->options);
+    auto got = co_await st->client.get(p.with_name(*claim));
+    if (!got) co_return fail(got.error());
+    if (util::label_of(*got, keys::managed_by) != keys::managed_by_value)
+        co_return fail(errc::not_found, "sandbox claim " + *claim + " is not managed by kubesandbox");
+    co_return agent_sandbox::claim_info(*got);
+}
+
+asio::awaitable<Result<SandboxPage>> AgentSandboxProvider::list(ListSandboxesOptions request) {
+    StatePtr st = state_;
+    ListOptions lo;
+    lo.label_selector = selector(st->options, request.labels);
+    lo.limit = request.limit;
+    lo.continue_token = request.cursor;
+    auto page = co_await st->client.list(agent_sandbox::claims_path(st->options), lo);
+    if (!page) co_return fail(page.error());
+    SandboxPage out;
+    for (const auto& item : page->items) {
+        if (!item.is_object()) continue;
+        auto info = agent_sandbox::claim_info(item.get_object());
+        if (request.status && info.status != *request.status) continue;
+        out.items.push_back(std::move(info));
+    }
+    out.next_cursor = page->continue_token;
+    co_return out;
+}
+
+asio::awaitable<Result<bool>> AgentSandboxProvider::delete_sandbox(std::string id) {
+    StatePtr st = state_;
+    auto claim = resolve_claim(st->options, id);
+    if (!claim) co_return fail(claim.error());
+    ResourcePath p = agent_sandbox::claims_path(st->options);
+    auto removed = co_await st->client.remove(p.with_name(*claim));
+    if (!removed) co_return fail(removed.error());
+    co_return removed->found;
+}
+
+asio::awaitable<Result<CleanupResult>> AgentSandboxProvider::cleanup(CleanupOptions request) {
+    StatePtr st = state_;
+    CleanupResult result;
+    const auto now = system_clock::now();
+    std::string cursor;
+    do {
+        ListOptions lo;
+        lo.label_selector = selector(st->options, {});
+        lo.limit = 500;
+        lo.continue_token = cursor;
+        auto page = co_await st->client.list(agent_sandbox::claims_path(st->options), lo);
+        if (!page) co_return fail(page.error());
+        cursor = page->continue_token;
+        for (const auto& item : page->items) {
+            if (!item.is_object()) continue;
+            const json::object& claim = item.get_object();
+            if (metadata_of(claim).contains("deletionTimestamp")) continue;
+            auto info = agent_sandbox::claim_info(claim);
+            auto age_since = [&](const std::string& stamp) -> std::optional<std::chrono::seconds> {
+                auto tp = util::parse_rfc3339(stamp);
+                if (!tp) return std::nullopt;
+                return std::chrono::duration_cast<std::chrono::seconds>(now - *tp);
+            };
+            bool reap = info.status == "failed" || info.status == "terminated";
+            if (auto ttl = util::parse_decimal(util::annotation_of(claim, keys::ttl_seconds))) {
+                if (auto age = age_since(info.created_at); age && age->count() >= *ttl) reap = true;
+            }
+            std::string last = info.last_activity.empty() ? info.created_at : info.last_activity;
+            auto idle = age_since(last);
+            if (auto ttl_idle = util::parse_decimal(util::annotation_of(claim, keys::ttl_idle_seconds))) {
+                if (idle && idle->count() >= *ttl_idle) reap = true;
+            }
+            if (request.max_idle && idle && *idle >= *request.max_idle && info.status == "running") reap = true;
+            if (!reap) continue;
+            if (request.may_delete && !request.may_delete(info)) {
+                ++result.kept;
+                continue;
+            }
+            ResourcePath p = agent_sandbox::claims_path(st->options);
+            DeleteOptions d;
+            d.precondition_resource_version = string_at(metadata_of(claim), "resourceVersion");
+            auto removed = co_await st->client.remove(p.with_name(string_at(metadata_of(claim), "name")), d);
+            if (removed && removed->found) {
+                result.deleted.push_back(info.id);
+            } else if (!removed && !removed.error().is(errc::conflict) && !removed.error().is(errc::not_found)) {
+                result.errors.push_back(CleanupError{info.id, removed.error()});
+            } else {
+                ++result.kept;  // someone else deleted or touched it meanwhile
+            }
+        }
+    } while (!cursor.empty());
+    co_return result;
+}
+
+asio::awaitable<Result<PoolStatus>> AgentSandboxProvider::pool_status() {
+    StatePtr st = state_;
+    PoolStatus ps;
+    if (!st->options.warm_pool.empty()) {
+        ResourcePath p{"extensions.agents.x-k8s.io", st->options.claim_api_version, "sandboxwarmpools",
+                       st->options.namespace_name, st->options.warm_pool};
+        auto pool = co_await st->client.get(p);
+        if (!pool) co_return fail(pool.error());
+        const json::object* spec = util::object_at(*pool, "spec");
+        const json::object* status = util::object_at(*pool, "status");
+        ps.target = static_cast<int>(util::int_at(spec, "replicas").value_or(1));
+        ps.available = static_cast<int>(util::int_at(status, "readyReplicas").value_or(0));
+        ps.total = static_cast<int>(util::int_at(status, "replicas").value_or(0));
+    }
+    auto s = co_await stats();
+    if (!s) co_return fail(s.error());
+    ps.active = s->total;
+    ps.total += s->total;
+    co_return ps;
+}
+
+asio::awaitable<Result<ProviderStats>> AgentSandboxProvider::stats() {
+    StatePtr st = state_;
+    ProviderStats s;
+    const auto now = system_clock::now();
+    std::string cursor;
+    do {
+        ListSandboxesOptions lo;
+        lo.limit = 500;
+        lo.cursor = cursor;
+        auto page = co_await list(lo);
+        if (!page) co_return fail(page.error());
+        cursor = page->next_cursor;
+        for (const auto& info : page->items) {
+            ++s.total;
+            if (info.status == "running") {
+                ++s.running;
+                auto last = util::parse_rfc3339(info.last_activity.empty() ? info.created_at : info.last_activity);
+                if (last && now - *last > std::chrono::seconds(300)) ++s.idle;
+            } else if (info.status == "pending") {
+                ++s.pending;
+            } else if (info.status == "failed") {
+                ++s.failed;
+            }
+        }
+    } while (!cursor.empty());
+    co_return s;
+}
+
+void AgentSandboxProvider::record_activity(const std::string& id) {
+    auto claim = resolve_claim(state_->options, id);
+    if (claim) record_claim_activity(state_, *claim);
+}
+
+}  // namespace kubesandbox

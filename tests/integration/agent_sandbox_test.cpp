@@ -1,0 +1,246 @@
+// agent-sandbox mode end to end on the local cluster: SandboxClaims bound warm or cold by the
+// local controller, the data plane through the local router, the provider's lifecycle, and the
+// SandboxManager and file operations over it unchanged.
+#include <kubesandbox/agent_sandbox_provider.hpp>
+#include <kubesandbox/file_ops.hpp>
+#include <kubesandbox/sandbox_manager.hpp>
+
+#include "../support/local_cluster_fixture.hpp"
+#include "../support/runtime_pod.hpp"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+#include <gtest/gtest.h>
+
+namespace {
+namespace asio = boost::asio;
+namespace json = boost::json;
+using namespace kubesandbox;
+using namespace std::chrono_literals;
+
+class AgentSandboxTest : public kubesandbox::test::LocalClusterTest {
+protected:
+    static void SetUpTestSuite() {
+        LocalClusterOptions options;
+        options.agent_sandbox = true;
+        options.agent_sandbox_pool_replicas = 2;
+        start_suite(options);
+    }
+
+    std::shared_ptr<AgentSandboxProvider> provider(AgentSandboxProviderOptions options) {
+        options.connection = test::local_router(*cluster_, io_.get_executor());
+        options.ready_timeout = 60s;
+        return std::make_shared<AgentSandboxProvider>(client(), std::move(options));
+    }
+
+    AgentSandboxProviderOptions busybox() {
+        AgentSandboxProviderOptions o;
+        o.warm_pool = "busybox-runtime";
+        return o;
+    }
+
+    // Until the provider's warm pool has a ready sandbox (bounded by the test's deadline).
+    asio::awaitable<void> pool_filled(AgentSandboxProvider& p) {
+        for (;;) {
+            auto ps = co_await p.pool_status();
+            if (ps && ps->available >= 1) co_return;
+            co_await test::sleep_for(50ms);
+        }
+    }
+
+    asio::awaitable<std::size_t> claims_named(std::string name) {
+        auto kube = client();
+        ResourcePath p{"extensions.agents.x-k8s.io", "v1beta1", "sandboxclaims", "default", ""};
+        auto got = co_await kube.get(p.with_name(name));
+        co_return got ? 1u : 0u;
+    }
+};
+
+TEST_F(AgentSandboxTest, ClaimsAreServedWarmThenColdAndReconnected) {
+    auto p = provider(busybox());
+    run([&]() -> asio::awaitable<void> {
+        co_await pool_filled(*p);
+        GetOrCreateOptions first;
+        first.sandbox_id = "conversation-1";
+        auto a = co_await p->acquire(first);
+        EXPECT_TRUE(a) << (a ? "" : a.error().describe());
+        if (!a) co_return;
+        EXPECT_EQ(a->origin, SandboxOrigin::claimed_warm);
+        EXPECT_EQ(a->sandbox->id(), "default/" + AgentSandboxProvider::claim_name_for("conversation-1"));
+        auto r = co_await a->sandbox->execute("echo hi; id -u; pwd");
+        EXPECT_TRUE(r && r->output == "hi\n1000\n/app\n") << (r ? r->output : r.error().describe());
+
+        auto again = co_await p->acquire(first);
+        EXPECT_TRUE(again && again->origin == SandboxOrigin::existing && again->instance == a->instance);
+        auto by_id = co_await p->reconnect(a->sandbox->id());
+        EXPECT_TRUE(by_id) << (by_id ? "" : by_id.error().describe());
+        auto info = co_await p->describe("conversation-1");
+        EXPECT_TRUE(info && info->status == "running" && info->id == "conversation-1" && !info->pod_name.empty());
+
+        // env cannot reach a warm pod: the controller starts this one cold, named like the claim.
+        auto with_env = busybox();
+        with_env.env = {{"GREETING", "hello from env"}};
+        auto cold = provider(with_env);
+        GetOrCreateOptions second;
+        second.sandbox_id = "conversation-2";
+        auto c = co_await cold->acquire(second);
+        EXPECT_TRUE(c && c->origin == SandboxOrigin::created) << (c ? "" : c.error().describe());
+        if (c) {
+            auto e = co_await c->sandbox->execute("echo \"$GREETING\"");
+            EXPECT_TRUE(e && e->output == "hello from env\n") << (e ? e->output : e.error().describe());
+        }
+        auto page = co_await p->list();
+        EXPECT_TRUE(page && page->items.size() >= 2);
+        EXPECT_TRUE(co_await p->delete_sandbox("conversation-1"));
+        EXPECT_TRUE(co_await p->delete_sandbox("conversation-2"));
+        auto gone = co_await p->delete_sandbox("conversation-2");
+        EXPECT_TRUE(gone && !*gone);
+        auto missing = co_await p->reconnect("conversation-1");
+        EXPECT_TRUE(!missing && missing.error().code == errc::not_found);
+    });
+}
+
+TEST_F(AgentSandboxTest, TerminalReasonsFailFastAndLeaveNoClaim) {
+    auto no_pool = busybox();
+    no_pool.warm_pool = "no-such-pool";
+    auto p = provider(no_pool);
+    run([&]() -> asio::awaitable<void> {
+        GetOrCreateOptions o;
+        o.sandbox_id = "doomed";
+        auto begun = std::chrono::steady_clock::now();
+        auto a = co_await p->acquire(o);
+        EXPECT_TRUE(!a && a.error().code == errc::invalid_config) << (a ? "acquired" : a.error().describe());
+        if (!a) {
+            EXPECT_NE(a.error().message.find("WarmPoolNotFound"), std::string::npos);
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - begun, 10s);
+        EXPECT_EQ(co_await claims_named(AgentSandboxProvider::claim_name_for("doomed")), 0u);
+
+        // A template that refuses env injection.
+        auto kube = client();
+        json::object tmpl{
+            {"apiVersion", "extensions.agents.x-k8s.io/v1beta1"},
+            {"kind", "SandboxTemplate"},
+            {"metadata", json::object{{"name", "strict"}}},
+            {"spec", json::object{
+                         {"podTemplate",
+                          json::object{{"spec", json::object{{"containers",
+                                                              json::array{json::object{
+                                                                  {"name", "r"}, {"image", "busybox-runtime"}}}}}}}}}}};
+        json::object pool{
+            {"apiVersion", "extensions.agents.x-k8s.io/v1beta1"},
+            {"kind", "SandboxWarmPool"},
+            {"metadata", json::object{{"name", "strict"}}},
+            {"spec", json::object{{"replicas", 0}, {"sandboxTemplateRef", json::object{{"name", "strict"}}}}}};
+        ResourcePath templates{"extensions.agents.x-k8s.io", "v1beta1", "sandboxtemplates", "default", ""};
+        ResourcePath pools{"extensions.agents.x-k8s.io", "v1beta1", "sandboxwarmpools", "default", ""};
+        EXPECT_TRUE(co_await kube.create(templates, tmpl));
+        EXPECT_TRUE(co_await kube.create(pools, pool));
+        auto strict = busybox();
+        strict.warm_pool = "strict";
+        strict.env = {{"A", "b"}};
+        auto sp = provider(strict);
+        o.sandbox_id = "strict-env";
+        a = co_await sp->acquire(o);
+        EXPECT_TRUE(!a && a.error().code == errc::invalid_config &&
+                    a.error().message.find("EnvVarsInjectionRejected") != std::string::npos)
+            << (a ? "acquired" : a.error().describe());
+        // The same pool without env: replicas 0 means every claim starts cold.
+        strict.env.clear();
+        auto plain = provider(strict);
+        a = co_await plain->acquire(o);
+        EXPECT_TRUE(a && a->origin == SandboxOrigin::created) << (a ? "" : a.error().describe());
+        if (a) {
+            EXPECT_TRUE(co_await plain->delete_sandbox("strict-env"));
+        }
+    });
+}
+
+TEST_F(AgentSandboxTest, TwoProvidersAskingForOneThreadShareOneClaim) {
+    auto p1 = provider(busybox());
+    auto p2 = provider(busybox());
+    run([&]() -> asio::awaitable<void> {
+        GetOrCreateOptions o;
+        o.sandbox_id = "shared-thread";
+        std::optional<Result<Acquisition>> r1, r2;
+        auto one = [&](std::shared_ptr<AgentSandboxProvider> p,
+                       std::optional<Result<Acquisition>>& out) -> asio::awaitable<void> {
+            out.emplace(co_await p->acquire(o));
+        };
+        using namespace asio::experimental::awaitable_operators;
+        co_await (one(p1, r1) && one(p2, r2));
+        EXPECT_TRUE(*r1 && *r2) << (*r1 ? "" : (*r1).error().describe()) << (*r2 ? "" : (*r2).error().describe());
+        if (*r1 && *r2) {
+            EXPECT_EQ((**r1).instance, (**r2).instance);
+            auto w = co_await (**r1).sandbox->execute("echo shared > /app/mark");
+            auto r = co_await (**r2).sandbox->execute("cat /app/mark");
+            EXPECT_TRUE(w && r && r->output == "shared\n");
+        }
+        EXPECT_TRUE(co_await p1->delete_sandbox("shared-thread"));
+    });
+}
+
+TEST_F(AgentSandboxTest, ExpiredClaimsAreCleanedUpAndDeletedClaimsReported) {
+    auto p = provider(busybox());
+    run([&]() -> asio::awaitable<void> {
+        GetOrCreateOptions o;
+        o.sandbox_id = "short-lived";
+        o.ttl_seconds = 1;
+        auto a = co_await p->acquire(o);
+        EXPECT_TRUE(a) << (a ? "" : a.error().describe());
+        GetOrCreateOptions k;
+        k.sandbox_id = "kept";
+        auto kept = co_await p->acquire(k);
+        EXPECT_TRUE(kept);
+        co_await test::sleep_for(2100ms);
+        auto swept = co_await p->cleanup();
+        EXPECT_TRUE(swept) << (swept ? "" : swept.error().describe());
+        if (swept) {
+            // The controller may have expired it first (lifecycle.shutdownTime): gone either way.
+            bool deleted =
+                std::find(swept->deleted.begin(), swept->deleted.end(), "short-lived") != swept->deleted.end();
+            EXPECT_TRUE(deleted || co_await claims_named(AgentSandboxProvider::claim_name_for("short-lived")) == 0u);
+            EXPECT_TRUE(std::find(swept->deleted.begin(), swept->deleted.end(), "kept") == swept->deleted.end());
+        }
+        // A claim deleted behind the sandbox's back: commands fail with a typed error.
+        if (kept) {
+            EXPECT_TRUE(co_await p->delete_sandbox("kept"));
+            bool failed = false;
+            for (int i = 0; i < 100 && !failed; ++i) {
+                auto r = co_await kept->sandbox->execute("true");
+                failed = !r;
+                if (failed) {
+                    EXPECT_TRUE(r.error().code == errc::service_unavailable) << r.error().describe();
+                } else {
+                    co_await test::sleep_for(50ms);
+                }
+            }
+            EXPECT_TRUE(failed);
+        }
+    });
+}
+
+TEST_F(AgentSandboxTest, ManagerAndFileOperationsWorkUnchanged) {
+    auto p = provider(busybox());
+    run([&]() -> asio::awaitable<void> {
+        SandboxManager manager(io_.get_executor(), p);
+        auto lease = co_await manager.get("thread-7");
+        EXPECT_TRUE(lease) << (lease ? "" : lease.error().describe());
+        if (!lease) co_return;
+        FileOps files(*lease);
+        auto w = co_await files.write("/app/notes/a.txt", "line one\nline two\n");
+        EXPECT_TRUE(w && !w->error) << (w ? w->error.value_or("") : w.error().describe());
+        auto e = co_await files.edit("/app/notes/a.txt", "two", "2", false);
+        EXPECT_TRUE(e && !e->error);
+        auto r = co_await files.read("/app/notes/a.txt", 0, 10);
+        EXPECT_TRUE(r && r->file_data && r->file_data->content == "line one\nline 2")
+            << (r && r->file_data ? r->file_data->content : "");
+        auto g = co_await files.grep("line", "/app", "", std::nullopt);
+        EXPECT_TRUE(g && g->matches && g->matches->size() == 2);
+        lease->release();
+        EXPECT_TRUE(co_await manager.remove("thread-7"));
+        co_await manager.shutdown();
+    });
+}
+
+}  // namespace
