@@ -4,13 +4,18 @@
 // Exit codes: 0 ok, 1 error (typed error named on stderr), 2 usage; `exec` returns the command's.
 #include "file_commands.hpp"
 
+#include <kubesandbox/agent_sandbox_provider.hpp>
 #include <kubesandbox/kube_config.hpp>
 #include <kubesandbox/local_cluster.hpp>
 #include <kubesandbox/raw_provider.hpp>
+#include <kubesandbox/router_sandbox.hpp>
+
+#include "files/text.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <stdlib.h>
@@ -57,6 +62,17 @@ constexpr const char* usage_text =
     "  cleanup [--max-idle S]  delete sandboxes whose TTL or idle time has expired\n"
     "  pool [--fill]           warm pool status (--fill creates the missing warm pods)\n"
     "\n"
+    "Modes:\n"
+    "  --mode raw              (default) sandboxes are hardened Pods, reached through pods/exec\n"
+    "  --mode agent-sandbox    sandboxes are agent-sandbox SandboxClaims, reached through the\n"
+    "                          sandbox router (needs the agent-sandbox controller and router)\n"
+    "  --warm-pool NAME        agent-sandbox: the SandboxWarmPool claims name (default python-runtime)\n"
+    "  --template NAME         agent-sandbox: name a SandboxTemplate instead (older controllers)\n"
+    "  --router-url URL        agent-sandbox: the router (default $KUBESANDBOX_ROUTER_URL, then the\n"
+    "                          URL kubesandbox-local wrote beside its kubeconfig as <kubeconfig>.router)\n"
+    "  --router-token TOKEN    agent-sandbox: bearer token for the router (default\n"
+    "                          $KUBESANDBOX_ROUTER_TOKEN, then the .router file)\n"
+    "\n"
     "Global options:\n"
     "  --kubeconfig PATH       kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)\n"
     "  --context NAME          kubeconfig context\n"
@@ -84,6 +100,9 @@ struct Args {
     std::string kubeconfig, context, namespace_name;
     bool local = false, json = false;
     RawProviderOptions config;
+    std::string mode{"raw"};
+    AgentSandboxProviderOptions agent;
+    std::string router_url, router_token;
     std::string command;
     std::vector<std::string> rest;  // positional arguments of the command
     // command options
@@ -137,6 +156,11 @@ Args parse(int argc, char** argv) {
         else if (s == "--local") a.local = true;
         else if (s == "--json") a.json = true;
         else if (flag == "--image") a.config.image = value();
+        else if (flag == "--mode") a.mode = value();
+        else if (flag == "--warm-pool") a.agent.warm_pool = value();
+        else if (flag == "--template") a.agent.template_name = value();
+        else if (flag == "--router-url") a.router_url = value();
+        else if (flag == "--router-token") a.router_token = value();
         else if (flag == "--warm-pool-size")
             a.config.warm_pool_size = static_cast<int>(parse_number("--warm-pool-size", value()));
         else if (s == "--namespace-per-sandbox") a.config.namespace_per_sandbox = true;
@@ -169,6 +193,7 @@ Args parse(int argc, char** argv) {
     for (const char* k : known) ok = ok || a.command == k;
     ok = ok || cli::is_file_command(a.command);
     if (!ok) throw UsageError{"unknown command \"" + a.command + "\""};
+    if (a.mode != "raw" && a.mode != "agent-sandbox") throw UsageError{"--mode must be raw or agent-sandbox"};
     if (cli::is_file_command(a.command)) {
         // Everything after the ID belongs to the command: `--` lets OLD/NEW start with a dash.
         a.file.name = a.command;
@@ -202,13 +227,23 @@ json::object to_json(const SandboxInfo& i) {
     return o;
 }
 
-asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
+// What the commands print about the provider's settings.
+struct ModeInfo {
+    std::chrono::seconds startup_timeout;
+    std::chrono::seconds default_exec_timeout;
+    std::size_t max_output_bytes;
+};
+
+// The sandbox's name after "<namespace>/" in its id().
+std::string name_of(const Sandbox& sandbox) {
+    const std::string& id = sandbox.id();
+    return id.substr(id.find('/') + 1);
+}
+
+asio::awaitable<int> run_command(SandboxProvider& provider, const ModeInfo& mode, Args& a) {
     const std::string& cmd = a.command;
     if (cli::is_file_command(cmd)) {
-        GetOrCreateOptions o;
-        o.sandbox_id = a.rest.at(0);
-        o.create_if_missing = false;
-        auto sb = co_await provider.get_or_create_pod(o);
+        auto sb = co_await provider.reconnect(a.rest.at(0));
         if (!sb) co_return report(sb.error());
         co_return co_await cli::run_file_command(**sb, a.file);
     }
@@ -219,16 +254,18 @@ asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
         for (auto& [k, v] : a.labels) o.labels[k] = v;
         o.ttl_seconds = a.ttl;
         o.ttl_idle_seconds = a.ttl_idle;
-        std::cerr << "kubesandbox: waiting for the sandbox to become ready (up to "
-                  << provider.options().startup_timeout.count() << " s)...\n";
-        auto sb = co_await provider.get_or_create_pod(o);
+        std::cerr << "kubesandbox: waiting for the sandbox to become ready (up to " << mode.startup_timeout.count()
+                  << " s)...\n";
+        auto sb = co_await provider.get_or_create(o);
         if (!sb) co_return report(sb.error());
-        std::string id = a.id.empty() ? (*sb)->pod_name() : a.id;
+        std::string id = a.id.empty() ? name_of(**sb) : a.id;
         if (a.json) {
             json::object out;
             out["id"] = id;
-            out["namespace"] = (*sb)->namespace_name();
-            out["pod_name"] = (*sb)->pod_name();
+            out["namespace"] = (*sb)->id().substr(0, (*sb)->id().find('/'));
+            if (auto* pod = dynamic_cast<PodExecSandbox*>(sb->get())) out["pod_name"] = pod->pod_name();
+            if (auto* routed = dynamic_cast<RouterSandbox*>(sb->get()))
+                out["pod_name"] = routed->options().sandbox_name;
             out["sandbox_id"] = (*sb)->id();
             print_json(out);
         } else {
@@ -277,15 +314,36 @@ asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
         for (std::size_t i = 1; i < a.rest.size(); ++i)
             command.insert(command.begin() + static_cast<long>(i - 1), a.rest[i]);
         if (command.empty()) throw UsageError{"exec needs a command after --"};
-        GetOrCreateOptions o;
-        o.sandbox_id = a.rest[0];
-        o.create_if_missing = false;
-        auto sb = co_await provider.get_or_create_pod(o);
+        auto sb = co_await provider.reconnect(a.rest[0]);
         if (!sb) co_return report(sb.error());
         std::optional<std::chrono::seconds> timeout;
         if (a.timeout) timeout = std::chrono::seconds(*a.timeout);
+        auto* pod = dynamic_cast<PodExecSandbox*>(sb->get());
+        if (!pod) {
+            // Other modes run shell commands: the argv is quoted into one.
+            std::string line;
+            for (const auto& arg : command) line += (line.empty() ? "" : " ") + files::shell_quote(arg);
+            auto r = co_await (*sb)->execute(line, timeout);
+            if (!r) co_return report(r.error());
+            if (a.json) {
+                json::object out;
+                out["output"] = r->output;
+                if (r->exit_code) out["exit_code"] = *r->exit_code;
+                else out["exit_code"] = nullptr;
+                out["truncated"] = r->truncated;
+                out["timed_out"] = r->exit_code == 124 && r->output.rfind("Command timed out after ", 0) == 0;
+                print_json(out);
+            } else {
+                std::fwrite(r->output.data(), 1, r->output.size(), stdout);
+                std::fflush(stdout);
+                if (r->truncated)
+                    std::cerr << "kubesandbox: output truncated at " << mode.max_output_bytes << " bytes\n";
+            }
+            if (!r->exit_code) co_return 1;
+            co_return *r->exit_code & 0xff;
+        }
         std::string no_stdin;
-        auto r = co_await (*sb)->run(command, no_stdin, timeout);
+        auto r = co_await pod->run(command, no_stdin, timeout);
         if (!r) co_return report(r.error());
         if (a.json) {
             // The library's ExecuteResponse shape (output = stdout, then "\n" + stderr), plus
@@ -295,8 +353,7 @@ asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
             output += r->stderr_data;
             if (r->timed_out)
                 output = "Command timed out after " +
-                         std::to_string(timeout ? timeout->count() : provider.options().default_exec_timeout.count()) +
-                         " seconds";
+                         std::to_string(timeout ? timeout->count() : mode.default_exec_timeout.count()) + " seconds";
             json::object out;
             out["output"] = output;
             out["stdout"] = r->stdout_data;
@@ -311,8 +368,7 @@ asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
             std::fflush(stdout);
             std::fwrite(r->stderr_data.data(), 1, r->stderr_data.size(), stderr);
             if (r->truncated)
-                std::cerr << "kubesandbox: output truncated at " << provider.options().max_output_bytes
-                          << " bytes per stream\n";
+                std::cerr << "kubesandbox: output truncated at " << mode.max_output_bytes << " bytes per stream\n";
             if (r->timed_out) std::cerr << "kubesandbox: command timed out; its processes were killed\n";
         }
         if (!r->exit_code) {
@@ -331,10 +387,7 @@ asio::awaitable<int> run_command(RawProvider& provider, Args& a) {
         auto src = split(a.rest[0]);
         auto dst = split(a.rest[1]);
         if (src.has_value() == dst.has_value()) throw UsageError{"cp: exactly one side must be ID:/absolute/path"};
-        GetOrCreateOptions o;
-        o.sandbox_id = src ? src->first : dst->first;
-        o.create_if_missing = false;
-        auto sb = co_await provider.get_or_create_pod(o);
+        auto sb = co_await provider.reconnect(src ? src->first : dst->first);
         if (!sb) co_return report(sb.error());
         json::object out;
         if (dst) {
@@ -506,13 +559,61 @@ int main(int argc, char** argv) {
     if (a.config.namespace_name.empty()) a.config.namespace_name = "default";
 
     asio::io_context ioc;
-    RawProvider provider(KubeClient(ioc.get_executor(), kc), a.config);
+    std::shared_ptr<SandboxProvider> provider;
+    ModeInfo mode{a.config.startup_timeout, a.config.default_exec_timeout, a.config.max_output_bytes};
+    if (a.mode == "agent-sandbox") {
+        // The router: flags, then the environment, then what kubesandbox-local wrote.
+        std::string url = a.router_url, token = a.router_token;
+        if (url.empty()) {
+            if (const char* e = std::getenv("KUBESANDBOX_ROUTER_URL"); e && *e) url = e;
+        }
+        if (token.empty()) {
+            if (const char* e = std::getenv("KUBESANDBOX_ROUTER_TOKEN"); e && *e) token = e;
+        }
+        if (cluster) {
+            if (url.empty()) url = cluster->router_url();
+            if (token.empty()) token = cluster->token();
+        } else if (url.empty() || token.empty()) {
+            std::string kubeconfig = a.kubeconfig;
+            if (kubeconfig.empty()) {
+                if (const char* e = std::getenv("KUBECONFIG"); e && *e)
+                    kubeconfig = std::string(e).substr(0, std::string(e).find(':'));
+            }
+            if (auto written = cli::read_local_file(kubeconfig + ".router")) {
+                boost::system::error_code ec;
+                auto v = json::parse(*written, ec);
+                if (!ec && v.is_object()) {
+                    auto* u = v.get_object().if_contains("url");
+                    auto* t = v.get_object().if_contains("token");
+                    if (url.empty() && u && u->is_string()) url = std::string(u->get_string());
+                    if (token.empty() && t && t->is_string()) token = std::string(t->get_string());
+                }
+            }
+        }
+        if (url.empty()) {
+            std::cerr << "kubesandbox: error: agent-sandbox mode needs the router's URL (--router-url, "
+                         "$KUBESANDBOX_ROUTER_URL, or a kubesandbox-local kubeconfig)\n";
+            return 2;
+        }
+        DirectConnectionOptions direct;
+        direct.url = url;
+        direct.token = token;
+        auto connection = make_direct_connection(ioc.get_executor(), direct);
+        if (!connection) return report(connection.error());
+        a.agent.namespace_name = a.config.namespace_name;
+        a.agent.connection = *connection;
+        a.agent.ready_timeout = a.config.startup_timeout;
+        mode = ModeInfo{a.agent.ready_timeout, a.agent.default_exec_timeout, a.agent.max_output_bytes};
+        provider = std::make_shared<AgentSandboxProvider>(KubeClient(ioc.get_executor(), kc), a.agent);
+    } else {
+        provider = std::make_shared<RawProvider>(KubeClient(ioc.get_executor(), kc), a.config);
+    }
     int code = 1;
     bool done = false;
     std::optional<std::string> usage;
     auto main_task = [&]() -> asio::awaitable<void> {
         try {
-            code = co_await run_command(provider, a);
+            code = co_await run_command(*provider, mode, a);
         } catch (const UsageError& e) {
             usage = e.message;
             code = 2;

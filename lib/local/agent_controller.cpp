@@ -198,8 +198,11 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
         for (const auto& [key, sb] : cache[sandboxes]) keys.push_back(key);
         const std::string now = util::now_rfc3339();
         for (const auto& key : keys) {
-            const json::object* sb = find(sandboxes, key);
-            if (!sb || deleting(*sb)) continue;
+            // A copy: watch events may drop cache entries while this coroutine waits.
+            const json::object* cached = find(sandboxes, key);
+            if (!cached || deleting(*cached)) continue;
+            const json::object sandbox_copy = *cached;
+            const json::object* sb = &sandbox_copy;
             auto shutdown = shutdown_time(*sb, false);
             const bool expired = shutdown && *shutdown <= now_seconds();
             const json::object* pod = find(pods, key);
@@ -216,9 +219,9 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
                 json::object manifest = pod_for_sandbox(*sb);
                 pod = co_await create(pods, string_at(metadata_of(*sb), "namespace"), std::move(manifest));
             }
-            sb = find(sandboxes, key);
-            if (!sb) continue;
-            co_await write_status(sandboxes, key, sandbox_status(*sb, pod, expired, now));
+            const json::object* current = find(sandboxes, key);
+            if (!current) continue;
+            co_await write_status(sandboxes, key, sandbox_status(*current, pod, expired, now));
         }
     }
 
@@ -250,8 +253,11 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
         for (const auto& [key, c] : cache[claims]) keys.push_back(key);
         const std::string now = util::now_rfc3339();
         for (const auto& key : keys) {
-            const json::object* claim = find(claims, key);
-            if (!claim || deleting(*claim)) continue;
+            // A copy: watch events may drop cache entries while this coroutine waits.
+            const json::object* cached = find(claims, key);
+            if (!cached || deleting(*cached)) continue;
+            const json::object claim_copy = *cached;
+            const json::object* claim = &claim_copy;
             const auto& md = metadata_of(*claim);
             const std::string ns = string_at(md, "namespace");
             const std::string uid = string_at(md, "uid");
@@ -289,10 +295,8 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
                 if (!pool_name.empty()) {
                     if (const json::object* p = co_await lookup(pools, ns + "/" + pool_name)) pool = *p;
                 }
-                if (const json::object* t = co_await template_for(*find(claims, key), pool ? &*pool : nullptr))
-                    tmpl = *t;
-                claim = find(claims, key);
-                if (!claim) continue;
+                if (const json::object* t = co_await template_for(claim_copy, pool ? &*pool : nullptr)) tmpl = *t;
+                if (!find(claims, key)) continue;
                 if (auto failure = claim_failure(*claim, pool ? &*pool : nullptr, tmpl ? &*tmpl : nullptr)) {
                     co_await write_status(claims, key,
                                           claim_status(*claim, nullptr, failure->reason, failure->message, now));
@@ -304,14 +308,12 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
                     if (pool_starting(*pool, ns) && claim_age_seconds(*claim) < warm_grace_seconds) continue;
                     sandbox = co_await adopt(*claim, *pool);
                 }
-                claim = find(claims, key);
-                if (!claim) continue;
+                if (!find(claims, key)) continue;
                 if (!sandbox && tmpl) {
                     json::object manifest = cold_sandbox(*claim, *tmpl);
                     sandbox = co_await create(sandboxes, ns, std::move(manifest));
                 }
-                claim = find(claims, key);
-                if (!claim) continue;
+                if (!find(claims, key)) continue;
             }
             co_await write_status(
                 claims, key, claim_status(*claim, sandbox, "SandboxCreatePending", "Sandbox is being created", now));

@@ -243,4 +243,35 @@ TEST_F(AgentSandboxTest, ManagerAndFileOperationsWorkUnchanged) {
     });
 }
 
+TEST_F(AgentSandboxTest, ControllerSurvivesClaimsDeletedWhileItWorks) {
+    auto p = provider(busybox());
+    run([&]() -> asio::awaitable<void> {
+        // Claims made and deleted at once, some naming a pool that does not exist: the controller
+        // meets objects vanishing under every step of its reconcile.
+        auto kube = client();
+        ResourcePath claims{"extensions.agents.x-k8s.io", "v1beta1", "sandboxclaims", "default", ""};
+        for (int i = 0; i < 30; ++i) {
+            std::string name = "churn-" + std::to_string(i);
+            json::object body{
+                {"apiVersion", "extensions.agents.x-k8s.io/v1beta1"},
+                {"kind", "SandboxClaim"},
+                {"metadata", json::object{{"name", name}}},
+                {"spec", json::object{{"warmPoolRef", json::object{{"name", i % 2 ? "busybox-runtime" : "gone"}}}}}};
+            EXPECT_TRUE(co_await kube.create(claims, body));
+            if (i % 3) co_await test::sleep_for(std::chrono::milliseconds(i % 7));
+            EXPECT_TRUE(co_await kube.remove(claims.with_name(name)));
+        }
+        // Still serving claims afterwards.
+        GetOrCreateOptions o;
+        o.sandbox_id = "after-churn";
+        auto a = co_await p->acquire(o);
+        EXPECT_TRUE(a) << (a ? "" : a.error().describe());
+        if (a) {
+            auto r = co_await a->sandbox->execute("echo alive");
+            EXPECT_TRUE(r && r->output == "alive\n");
+            EXPECT_TRUE(co_await p->delete_sandbox("after-churn"));
+        }
+    });
+}
+
 }  // namespace

@@ -120,5 +120,26 @@ LOCAL_OUT=$(K --local create --id one-shot 2>"$TMP/local.err"); rc=$?
 if [[ $rc == 0 && $LOCAL_OUT == one-shot ]]; then pass "--local create"
 else fail "--local create (rc $rc '$LOCAL_OUT')"; sed 's/^/    /' "$TMP/local.err"; fi
 
+# agent-sandbox mode: claims on the local controller, the router found beside the kubeconfig
+[[ -s $KUBECONFIG.router ]] && pass "router config written beside the kubeconfig" || fail "no $KUBECONFIG.router"
+A() { K --mode agent-sandbox --warm-pool busybox-runtime "$@"; }
+AID=$(A create --id "agent/1" 2>"$TMP/acreate.err"); rc=$?
+[[ $rc == 0 && $AID == "agent/1" ]] && pass "agent-sandbox create" || { fail "agent-sandbox create (rc $rc)"; cat "$TMP/acreate.err"; }
+OUT=$(A exec "agent/1" -- sh -c 'printf "%s|" "$0" "a b"; exit 4' "it's"); rc=$?
+[[ $rc == 4 && $OUT == "it's|a b|" ]] && pass "agent-sandbox exec quotes argv and returns the exit code" \
+    || fail "agent-sandbox exec (rc $rc out '$OUT')"
+printf 'line\n' >"$TMP/in.txt"
+A cp "$TMP/in.txt" "agent/1:/app/dir/in.txt" && A cp "agent/1:/app/dir/in.txt" "$TMP/back.txt" \
+    && cmp -s "$TMP/in.txt" "$TMP/back.txt" && pass "agent-sandbox cp both ways" || fail "agent-sandbox cp"
+OUT=$(A grep "agent/1" line --path /app); rc=$?
+[[ $rc == 0 && $OUT == *"/app/dir/in.txt"* ]] && pass "agent-sandbox file commands" || fail "agent-sandbox grep (rc $rc '$OUT')"
+A list | grep -q "^agent/1 " && pass "agent-sandbox list" || fail "agent-sandbox list"
+A pool | grep -q "^target 1$" && pass "agent-sandbox pool" || fail "agent-sandbox pool"
+A delete "agent/1" >/dev/null && A exec "agent/1" -- true >/dev/null 2>&1; rc=$?
+[[ $rc == 1 ]] && pass "agent-sandbox delete" || fail "agent-sandbox delete (rc $rc)"
+A --warm-pool nope create --id doomed >/dev/null 2>"$TMP/doomed.err"; rc=$?
+[[ $rc == 1 ]] && grep -q WarmPoolNotFound "$TMP/doomed.err" && pass "agent-sandbox unknown pool fails fast" \
+    || { fail "agent-sandbox unknown pool (rc $rc)"; cat "$TMP/doomed.err"; }
+
 if [[ $FAILURES -ne 0 ]]; then echo "$FAILURES failure(s)"; tail -20 "$TMP/server.log"; exit 1; fi
 echo "all passed"
