@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
             std::string item;
             while (std::getline(ss, item, ',')) only.insert(std::atoi(item.c_str()));
         } else {
-            std::cerr << "usage: kubesandbox_bench [--quick | --smoke] [--only=1,2,3,4,5,6,7] [--json=FILE]\n";
+            std::cerr << "usage: kubesandbox_bench [--quick | --smoke] [--only=1,2,3,4,5,6,7,8] [--json=FILE]\n";
             return 2;
         }
     }
@@ -165,6 +165,7 @@ int main(int argc, char** argv) {
         if (want(5)) scenario_concurrent(io, *cluster, env, sz);
         if (want(6)) scenario_manager(io, *cluster, sz);
         if (want(7)) scenario_files(io, *cluster, sz);
+        if (want(8)) scenario_agent_sandbox(io, *cluster, sz);
         if (want(4)) scenario_list(io, *cluster, env, sz);  // last: 10,000 pods slow down the rest
     }
 

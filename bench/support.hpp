@@ -155,6 +155,7 @@ void scenario_list(boost::asio::io_context& io, LocalCluster& cluster, const Env
 void scenario_concurrent(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
 void scenario_manager(boost::asio::io_context& io, LocalCluster& cluster, const Sizes& sz);
 void scenario_files(boost::asio::io_context& io, LocalCluster& cluster, const Sizes& sz);
+void scenario_agent_sandbox(boost::asio::io_context& io, LocalCluster& cluster, const Sizes& sz);
 int exec_client_main(int argc, char** argv);
 
 }  // namespace kubesandbox::bench

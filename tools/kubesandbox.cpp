@@ -631,6 +631,9 @@ int main(int argc, char** argv) {
         }
     });
     while (!done && ioc.run_one() > 0) {}
+    // Objects bound to ioc (the router connection's pool) go before it does.
+    provider.reset();
+    a.agent.connection.reset();
     // Reconnects already wrote last-activity (debouncing the exec's own patch); a warm-pool
     // refill started by a claim is abandoned: its pods finish starting in the cluster.
     ioc.stop();

@@ -39,7 +39,8 @@ struct DirectConnectionOptions {
     std::chrono::milliseconds connect_timeout{std::chrono::seconds(5)};
 };
 
-// A connection to the router at `url` (errc::invalid_config for a bad URL or CA).
+// A connection to the router at `url` (errc::invalid_config for a bad URL or CA). Like every
+// object bound to an executor, it must be destroyed before its io_context.
 Result<std::shared_ptr<RouterConnection>> make_direct_connection(boost::asio::any_io_executor executor,
                                                                  DirectConnectionOptions options);
 

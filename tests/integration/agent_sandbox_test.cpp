@@ -89,8 +89,19 @@ TEST_F(AgentSandboxTest, ClaimsAreServedWarmThenColdAndReconnected) {
             auto e = co_await c->sandbox->execute("echo \"$GREETING\"");
             EXPECT_TRUE(e && e->output == "hello from env\n") << (e ? e->output : e.error().describe());
         }
+        // Caller ids may hold '/': they are still caller ids, listed as given.
+        GetOrCreateOptions slashed;
+        slashed.sandbox_id = "team/42";
+        auto s = co_await p->acquire(slashed);
+        EXPECT_TRUE(s) << (s ? "" : s.error().describe());
         auto page = co_await p->list();
-        EXPECT_TRUE(page && page->items.size() >= 2);
+        EXPECT_TRUE(page && page->items.size() >= 3);
+        bool listed = false;
+        if (page) {
+            for (const auto& item : page->items) listed = listed || item.id == "team/42";
+        }
+        EXPECT_TRUE(listed);
+        EXPECT_TRUE(co_await p->delete_sandbox("team/42"));
         EXPECT_TRUE(co_await p->delete_sandbox("conversation-1"));
         EXPECT_TRUE(co_await p->delete_sandbox("conversation-2"));
         auto gone = co_await p->delete_sandbox("conversation-2");

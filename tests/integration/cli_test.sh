@@ -133,8 +133,9 @@ A cp "$TMP/in.txt" "agent/1:/app/dir/in.txt" && A cp "agent/1:/app/dir/in.txt" "
     && cmp -s "$TMP/in.txt" "$TMP/back.txt" && pass "agent-sandbox cp both ways" || fail "agent-sandbox cp"
 OUT=$(A grep "agent/1" line --path /app); rc=$?
 [[ $rc == 0 && $OUT == *"/app/dir/in.txt"* ]] && pass "agent-sandbox file commands" || fail "agent-sandbox grep (rc $rc '$OUT')"
-A list | grep -q "^agent/1 " && pass "agent-sandbox list" || fail "agent-sandbox list"
-A pool | grep -q "^target 1$" && pass "agent-sandbox pool" || fail "agent-sandbox pool"
+# (output captured first: grep -q ending a pipe early would fail it under pipefail)
+OUT=$(A list); [[ $OUT == *$'\n'"agent/1 "* ]] && pass "agent-sandbox list" || fail "agent-sandbox list: $OUT"
+OUT=$(A pool); [[ $OUT == *$'\n'"target 1"* ]] && pass "agent-sandbox pool" || fail "agent-sandbox pool: $OUT"
 A delete "agent/1" >/dev/null && A exec "agent/1" -- true >/dev/null 2>&1; rc=$?
 [[ $rc == 1 ]] && pass "agent-sandbox delete" || fail "agent-sandbox delete (rc $rc)"
 A --warm-pool nope create --id doomed >/dev/null 2>"$TMP/doomed.err"; rc=$?

@@ -58,15 +58,18 @@ std::string selector(const AgentSandboxProviderOptions& o, const std::map<std::s
     return s;
 }
 
-// A caller id, "<namespace>/<claim>" (a sandbox's id()), or a random claim's bare name.
+// A sandbox's id() ("<namespace>/<claim>", a claim named by us in this provider's namespace),
+// a random claim's bare name, or else a caller id (which may contain '/').
+bool names_a_claim(const AgentSandboxProviderOptions& o, const std::string& id) {
+    if (raw::is_random_pod_name(id)) return true;
+    auto slash = id.find('/');
+    return slash != std::string::npos && id.substr(0, slash) == o.namespace_name &&
+           id.compare(slash + 1, 4, "ksb-") == 0 && id.find('/', slash + 1) == std::string::npos;
+}
+
 Result<std::string> resolve_claim(const AgentSandboxProviderOptions& o, const std::string& id) {
     if (id.empty()) return fail(errc::invalid_argument, "empty sandbox id");
-    if (auto slash = id.find('/'); slash != std::string::npos) {
-        if (id.substr(0, slash) != o.namespace_name)
-            return fail(errc::not_found, "sandbox " + id + " is not in namespace " + o.namespace_name);
-        return id.substr(slash + 1);
-    }
-    if (raw::is_random_pod_name(id)) return id;
+    if (names_a_claim(o, id)) return id.substr(id.find('/') + 1);
     return raw::pod_name_for(id);
 }
 
@@ -211,8 +214,7 @@ asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOp
         claim = *resolved;
     }
     // Asked for by name (a sandbox's id() or a random claim's name) or by caller id.
-    const bool by_name =
-        random || request.sandbox_id->find('/') != std::string::npos || raw::is_random_pod_name(*request.sandbox_id);
+    const bool by_name = random || names_a_claim(o, *request.sandbox_id);
     const std::string id = by_name ? claim : *request.sandbox_id;
     auto identity = raw::make_identity(identity_options(o), id, request.labels, request.ttl_seconds,
                                        request.ttl_idle_seconds, util::now_rfc3339());

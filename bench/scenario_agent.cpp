@@ -1,0 +1,291 @@
+// Scenario 8: agent-sandbox mode on the local cluster. Claim latency served warm and cold;
+// execute("true") through the router: wall and client CPU per call, next to a minimal keep-alive
+// HTTP client (blocking POSIX sockets, no parsing beyond the framing) sending the very request
+// RouterSandbox sends to the same router; client CPU for a 10 MB output.
+#include "support.hpp"
+
+#include <kubesandbox/agent_sandbox_provider.hpp>
+#include <kubesandbox/router_sandbox.hpp>
+
+#include "sandbox/runtime_protocol.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/url/parse.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kubesandbox::bench {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+double thread_cpu() {
+    struct rusage ru {};
+    ::getrusage(RUSAGE_THREAD, &ru);
+    return cpu_of(ru);
+}
+
+// The minimal peer: one keep-alive connection, a prebuilt request, responses read by
+// Content-Length. Returns false on any failure.
+class MinimalClient {
+public:
+    MinimalClient(const std::string& host, int port) {
+        fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(static_cast<std::uint16_t>(port));
+        ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+        if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+            last_head = "connect to " + host + ":" + std::to_string(port) + ": " + std::strerror(errno);
+            ::close(fd_);
+            fd_ = -1;
+        }
+        int one = 1;
+        if (fd_ >= 0) ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    ~MinimalClient() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    // Sends `request`, reads one response; its body size in `body_bytes`.
+    bool round_trip(const std::string& request, std::size_t& body_bytes) {
+        if (fd_ < 0) return false;
+        for (std::size_t off = 0; off < request.size();) {
+            auto n = ::send(fd_, request.data() + off, request.size() - off, MSG_NOSIGNAL);
+            if (n <= 0) {
+                last_head = std::string("send: ") + std::strerror(errno);
+                return false;
+            }
+            off += static_cast<std::size_t>(n);
+        }
+        std::string head;
+        char buf[65536];
+        std::size_t header_end = std::string::npos;
+        while (header_end == std::string::npos) {
+            auto n = ::recv(fd_, buf, sizeof buf, 0);
+            if (n <= 0) {
+                last_head = "recv: " + std::string(n == 0 ? "closed" : std::strerror(errno)) + " after " + head;
+                return false;
+            }
+            head.append(buf, static_cast<std::size_t>(n));
+            header_end = head.find("\r\n\r\n");
+        }
+        auto cl = head.find("Content-Length: ");
+        if (cl == std::string::npos) cl = head.find("content-length: ");
+        if (cl == std::string::npos || cl > header_end) return false;
+        std::size_t length = std::stoull(head.substr(cl + 16));
+        std::size_t have = head.size() - header_end - 4;
+        while (have < length) {
+            auto n = ::recv(fd_, buf, std::min(sizeof buf, length - have), 0);
+            if (n <= 0) return false;
+            have += static_cast<std::size_t>(n);
+        }
+        body_bytes = length;
+        last_head = head.substr(0, header_end);
+        return head.compare(0, 12, "HTTP/1.1 200") == 0;
+    }
+
+private:
+    int fd_ = -1;
+
+public:
+    std::string last_head;  // of the last response (or what failed), for messages
+};
+
+std::string execute_request(const std::string& host_port, const std::string& token, const std::string& sandbox,
+                            const std::string& body) {
+    return "POST /execute HTTP/1.1\r\nHost: " + host_port + "\r\nAuthorization: Bearer " + token +
+           "\r\nX-Sandbox-ID: " + sandbox +
+           "\r\nX-Sandbox-Namespace: default\r\nX-Sandbox-Port: 8888\r\nX-Sandbox-Timeout: 1805"
+           "\r\nContent-Type: application/json\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+json::object warm_pool_body(int replicas) {
+    return json::object{{"apiVersion", "extensions.agents.x-k8s.io/v1beta1"},
+                        {"kind", "SandboxWarmPool"},
+                        {"metadata", json::object{{"name", "bench-warm"}}},
+                        {"spec", json::object{{"replicas", replicas},
+                                              {"sandboxTemplateRef", json::object{{"name", "busybox-runtime"}}}}}};
+}
+
+}  // namespace
+
+void scenario_agent_sandbox(asio::io_context& io, LocalCluster& cluster, const Sizes& sz) {
+    std::cerr << "scenario 8: agent-sandbox mode\n";
+    const std::string router_url = cluster.router_url();  // the parsed view points into it
+    auto url = boost::urls::parse_absolute_uri(router_url);
+    if (!url) {
+        failures.push_back("scenario 8: bad router URL " + cluster.router_url());
+        return;
+    }
+    const std::string host(url->host());
+    const int port = std::stoi(std::string(url->port()));
+    KubeClient kube(io.get_executor(), cluster.kube_config());
+    DirectConnectionOptions direct;
+    direct.url = cluster.router_url();
+    direct.token = cluster.token();
+    auto connection = make_direct_connection(io.get_executor(), direct);
+    if (!connection) {
+        failures.push_back("scenario 8: " + connection.error().describe());
+        return;
+    }
+    AgentSandboxProviderOptions warm_options;
+    warm_options.warm_pool = "bench-warm";
+    warm_options.connection = *connection;
+    warm_options.ready_timeout = 120s;
+    AgentSandboxProviderOptions cold_options = warm_options;
+    cold_options.env = {{"BENCH", "cold"}};  // env cannot reach a warm pod: always cold
+
+    const int n = std::max(2, sz.create_n / 2);
+    std::vector<double> warm, cold, exec_wall, exec_cpu, peer_wall, peer_cpu, plain_wall;
+    double big_cpu = 0, big_peer_cpu = 0;
+    std::size_t big_bytes = 0;
+    bool ok = run_on(
+        io,
+        [&]() -> asio::awaitable<void> {
+            ResourcePath pools{"extensions.agents.x-k8s.io", "v1beta1", "sandboxwarmpools", "default", ""};
+            auto made = co_await kube.create(pools, warm_pool_body(n));
+            if (!made) {
+                failures.push_back("scenario 8: warm pool: " + made.error().describe());
+                co_return;
+            }
+            AgentSandboxProvider warm_provider(kube, warm_options);
+            AgentSandboxProvider cold_provider(kube, cold_options);
+            for (int i = 0; i < 600; ++i) {  // the pool filled and ready
+                auto ps = co_await warm_provider.pool_status();
+                if (ps && ps->available >= n) break;
+                co_await sleep_for(100ms);
+            }
+            for (int i = 0; i < n; ++i) {
+                for (auto* p : {&warm_provider, &cold_provider}) {
+                    GetOrCreateOptions o;
+                    o.sandbox_id = std::string(p == &warm_provider ? "bench-warm-" : "bench-cold-") + std::to_string(i);
+                    auto t0 = Clock::now();
+                    auto a = co_await p->acquire(o);
+                    double took = seconds_since(t0);
+                    if (!a) {
+                        failures.push_back("scenario 8: acquire: " + a.error().describe());
+                        co_return;
+                    }
+                    bool served_warm = a->origin == SandboxOrigin::claimed_warm;
+                    if (served_warm != (p == &warm_provider)) {
+                        failures.push_back("scenario 8: " + *o.sandbox_id + " was not served as expected");
+                    }
+                    (p == &warm_provider ? warm : cold).push_back(took);
+                }
+            }
+            // Execute through the router: one sandbox, ours and the peer's interleaved in blocks.
+            GetOrCreateOptions o;
+            o.sandbox_id = "bench-warm-0";
+            auto a = co_await warm_provider.acquire(o);
+            if (!a) {
+                failures.push_back("scenario 8: " + a.error().describe());
+                co_return;
+            }
+            auto* routed = dynamic_cast<RouterSandbox*>(a->sandbox.get());
+            const std::string sandbox_name = routed ? routed->options().sandbox_name : "";
+            const std::string host_port = host + ":" + std::to_string(port);
+            const std::string wrapped = execute_request(host_port, cluster.token(), sandbox_name,
+                                                        runtime_protocol::execute_body(runtime_protocol::execute_argv(
+                                                            "true", "kubesandbox-timeout-0123456789abcdef", 1800)));
+            const std::string plain =
+                execute_request(host_port, cluster.token(), sandbox_name, runtime_protocol::execute_body({"true"}));
+            MinimalClient peer(host, port);
+            auto warmup = co_await a->sandbox->execute("true");
+            std::size_t body = 0;
+            if (!warmup) {
+                failures.push_back("scenario 8: warm-up execute: " + warmup.error().describe());
+                co_return;
+            }
+            if (!peer.round_trip(wrapped, body)) {
+                failures.push_back("scenario 8: the minimal client's warm-up request failed: " + peer.last_head);
+                co_return;
+            }
+            const int calls = std::max(10, sz.exec_n * 2);
+            for (int block = 0; block < 4; ++block) {
+                for (int i = 0; i < calls / 4; ++i) {
+                    double c0 = thread_cpu();
+                    auto t0 = Clock::now();
+                    auto r = co_await a->sandbox->execute("true");
+                    exec_wall.push_back(seconds_since(t0));
+                    exec_cpu.push_back(thread_cpu() - c0);
+                    if (!r || r->exit_code != 0) failures.push_back("scenario 8: execute(true) failed");
+                }
+                for (int i = 0; i < calls / 4; ++i) {
+                    double c0 = thread_cpu();
+                    auto t0 = Clock::now();
+                    if (!peer.round_trip(wrapped, body)) failures.push_back("scenario 8: peer request failed");
+                    peer_wall.push_back(seconds_since(t0));
+                    peer_cpu.push_back(thread_cpu() - c0);
+                }
+                for (int i = 0; i < calls / 8; ++i) {
+                    auto t0 = Clock::now();
+                    if (!peer.round_trip(plain, body)) failures.push_back("scenario 8: plain request failed");
+                    plain_wall.push_back(seconds_since(t0));
+                }
+            }
+            // 10 MB of output: ours keeps 16 MiB, the peer reads the same response unparsed.
+            RouterSandboxOptions big_options = routed->options();
+            big_options.max_output_bytes = 16 * 1024 * 1024;
+            RouterSandbox big(*connection, big_options);
+            const std::string big_command = "head -c 10000000 /dev/zero | tr '\\0' a";
+            double c0 = thread_cpu();
+            auto r = co_await big.execute(big_command);
+            big_cpu = thread_cpu() - c0;
+            if (!r || r->output.size() != 10'000'000) failures.push_back("scenario 8: 10 MB output came back short");
+            const std::string big_request =
+                execute_request(host_port, cluster.token(), sandbox_name,
+                                runtime_protocol::execute_body(runtime_protocol::execute_argv(
+                                    big_command, "kubesandbox-timeout-0123456789abcdef", 1800)));
+            c0 = thread_cpu();
+            if (!peer.round_trip(big_request, big_bytes)) failures.push_back("scenario 8: peer 10 MB request failed");
+            big_peer_cpu = thread_cpu() - c0;
+            for (int i = 0; i < n; ++i) {
+                co_await warm_provider.delete_sandbox("bench-warm-" + std::to_string(i));
+                co_await cold_provider.delete_sandbox("bench-cold-" + std::to_string(i));
+            }
+            co_await kube.remove(pools.with_name("bench-warm"));
+        },
+        600s, "scenario 8");
+    if (!ok || warm.empty() || exec_wall.empty()) return;
+    Row warm_row = latency_row("8 agent-sandbox claim->usable", "warm (SandboxWarmPool)", warm);
+    Row cold_row = latency_row("8 agent-sandbox claim->usable", "cold (env forces a new Sandbox)", cold);
+    compare_to_peer(warm_row, cold_row, "cold claim");
+    rows.push_back(warm_row);
+    rows.push_back(cold_row);
+    Row ours = latency_row("8 execute(true) via router", "kubesandbox RouterSandbox", exec_wall);
+    Row peer = latency_row("8 execute(true) via router", "minimal keep-alive client, same request", peer_wall);
+    compare_to_peer(ours, peer, "minimal client");
+    rows.push_back(ours);
+    rows.push_back(peer);
+    rows.push_back(
+        latency_row("8 execute(true) via router", "minimal client, unwrapped {\"command\":\"true\"}", plain_wall));
+    Row ours_cpu = latency_row("8 client CPU per execute(true)", "kubesandbox RouterSandbox", exec_cpu);
+    Row peer_cpu_row = latency_row("8 client CPU per execute(true)", "minimal keep-alive client", peer_cpu);
+    compare_to_peer(ours_cpu, peer_cpu_row, "minimal client", true);
+    rows.push_back(ours_cpu);
+    rows.push_back(peer_cpu_row);
+    Row big_row = single_row("8 client CPU, 10 MB output", "kubesandbox (streamed JSON, base64 decoded)", "s", big_cpu);
+    Row big_peer =
+        single_row("8 client CPU, 10 MB output", "minimal client (bytes read, not parsed)", "s", big_peer_cpu);
+    compare_to_peer(big_row, big_peer, "minimal client", true);
+    rows.push_back(big_row);
+    rows.push_back(big_peer);
+}
+
+}  // namespace kubesandbox::bench
