@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -42,6 +43,11 @@ struct AgentSandboxProviderOptions {
     std::map<std::string, std::string> default_labels{};
     std::chrono::seconds activity_debounce{30};
     Logger logger{};
+    // The runtime-protocol seam: makes the Sandbox for a ready claim (the endpoint in the
+    // options: sandbox name, namespace, port, pod IP, base dir, limits, activity callback).
+    // Empty = RouterSandbox (python-runtime's API); a sandboxd client plugs in here, leaving the
+    // provider, the manager and the file operations as they are.
+    std::function<std::unique_ptr<Sandbox>(std::shared_ptr<RouterConnection>, RouterSandboxOptions)> runtime{};
 };
 
 class AgentSandboxProvider final : public SandboxProvider {

@@ -52,34 +52,25 @@ std::string execute_body(const std::vector<std::string>& argv) {
 
 // $1 marker, $2 timeout seconds (0 = none), $3 the command. The runtime returns output as JSON
 // text and refuses output that is not UTF-8, so both streams travel base64-encoded (streaming
-// through base64, nothing stored), and the exit status follows on stderr as "<marker>-base64 N".
-// Without a temporary directory (for the status) the streams go as they are. After the
-// timeout the watchdog writes "<marker>-timeout" and kills the process group (the runtime
-// starts each command in one of its own). The watchdog's sleep holds none of the runtime's
-// pipes, so ending the watchdog early never leaves the runtime waiting.
+// through base64, nothing stored) and the exit status follows on stderr as "<marker>-base64 N";
+// the status comes back through fd 5 into a command substitution (no temporary file, so a
+// read-only root works). After the timeout the watchdog writes "<marker>-timeout" and kills the
+// process group (the runtime starts each command in one of its own). The watchdog's sleep holds
+// none of the runtime's pipes, and a TERM ends it with its sleep, so nothing is left behind.
 constexpr const char* watchdog_script = R"SH(m=$1; t=$2; w=
-if d=$(mktemp -d 2>/dev/null); then
-  ( { { sh -c "$3" 2>&1 1>&3 3>&-; echo "$?" > "$d/s"; } | base64 >&2; } 3>&1 | base64 ) &
-else
-  d=
-  sh -c "$3" &
-fi
-c=$!
+exec 4>&1
 if [ "$t" -gt 0 ] 2>/dev/null; then
   ( s=; trap '[ -n "$s" ] && kill "$s" 2>/dev/null; exit 0' TERM
     sleep "$t" </dev/null >/dev/null 2>&1 & s=$!
     wait "$s"
     printf '\n%s-timeout\n' "$m" >&2
-    kill -KILL 0 ) </dev/null >/dev/null &
+    kill -KILL 0 ) </dev/null >/dev/null 4>&- &
   w=$!
 fi
-wait "$c"; r=$?
+r=$( { { { sh -c "$3" 2>&1 1>&3 3>&- 4>&- 5>&-; echo "$?" >&5; } | base64 >&2 5>&-; } 3>&1 | base64 >&4 5>&-; } 5>&1 )
+[ -n "$r" ] || r=255
 if [ -n "$w" ]; then kill "$w" 2>/dev/null; wait "$w" 2>/dev/null; fi
-if [ -n "$d" ]; then
-  r=$(cat "$d/s" 2>/dev/null) || r=255
-  rm -rf "$d"
-  printf '\n%s-base64 %s\n' "$m" "$r" >&2
-fi
+printf '\n%s-base64 %s\n' "$m" "$r" >&2
 exit "$r"
 )SH";
 

@@ -58,7 +58,7 @@ struct DecodedRun {
     std::optional<std::int64_t> exit_code;  // from the trailer; plain runs use the runtime's
     bool timed_out = false;
     bool truncated = false;
-    bool plain = false;      // no trailer: the streams came as they are (no temporary directory)
+    bool plain = false;      // no trailer (the wrapper did not run to its end): streams as they came
     bool malformed = false;  // a trailer, but the streams were not base64
 };
 DecodedRun decode_run(std::string stdout_text, std::string stderr_text, std::string_view stderr_tail, bool truncated,

@@ -254,6 +254,35 @@ TEST_F(AgentSandboxTest, ManagerAndFileOperationsWorkUnchanged) {
     });
 }
 
+TEST_F(AgentSandboxTest, AnotherRuntimeProtocolPlugsInWithoutTouchingTheProvider) {
+    // A stand-in for a sandboxd client: it sees each ready claim's endpoint and serves the
+    // sandbox its own way (here: RouterSandbox with a base directory of its choosing).
+    auto options = busybox();
+    int made = 0;
+    std::string seen_name;
+    options.runtime = [&](std::shared_ptr<RouterConnection> connection, RouterSandboxOptions endpoint) {
+        ++made;
+        seen_name = endpoint.sandbox_name;
+        endpoint.base_dir = "/tmp";
+        return std::unique_ptr<Sandbox>(std::make_unique<RouterSandbox>(std::move(connection), std::move(endpoint)));
+    };
+    auto p = provider(options);
+    run([&]() -> asio::awaitable<void> {
+        GetOrCreateOptions o;
+        o.sandbox_id = "seam";
+        auto a = co_await p->acquire(o);
+        EXPECT_TRUE(a) << (a ? "" : a.error().describe());
+        if (!a) co_return;
+        EXPECT_EQ(made, 1);
+        EXPECT_FALSE(seen_name.empty());
+        auto* routed = dynamic_cast<RouterSandbox*>(a->sandbox.get());
+        EXPECT_TRUE(routed && routed->options().base_dir == "/tmp");
+        auto r = co_await a->sandbox->execute("echo via the seam");
+        EXPECT_TRUE(r && r->output == "via the seam\n");
+        EXPECT_TRUE(co_await p->delete_sandbox("seam"));
+    });
+}
+
 TEST_F(AgentSandboxTest, ControllerSurvivesClaimsDeletedWhileItWorks) {
     auto p = provider(busybox());
     run([&]() -> asio::awaitable<void> {

@@ -123,6 +123,7 @@ std::unique_ptr<Sandbox> make_sandbox(const StatePtr& st, const std::string& cla
     r.on_activity = [weak, claim] {
         if (auto s = weak.lock()) record_claim_activity(s, claim);
     };
+    if (o.runtime) return o.runtime(o.connection, std::move(r));
     return std::make_unique<RouterSandbox>(o.connection, std::move(r));
 }
 
