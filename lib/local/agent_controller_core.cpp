@@ -140,6 +140,17 @@ json::object sandbox_status(const json::object& sandbox, const json::object* pod
             message = "Pod has " + std::string(phase == "Succeeded" ? "succeeded" : "failed");
         } else if (phase != "Running") {
             message = "Pod exists with phase: " + (phase.empty() ? std::string("Pending") : phase);
+            // Why it waits, when the kubelet says (an image it cannot run, say): saves a user
+            // from waiting out a readiness timeout to learn nothing.
+            if (const json::array* cs = pod_status ? array_at(*pod_status, "containerStatuses") : nullptr) {
+                for (const auto& c : *cs) {
+                    const json::object* state = c.is_object() ? object_at(c.get_object(), "state") : nullptr;
+                    const json::object* waiting = state ? object_at(*state, "waiting") : nullptr;
+                    std::string why = string_at(waiting, "reason");
+                    if (!why.empty() && why != "ContainerCreating")
+                        message += " (" + why + ": " + string_at(waiting, "message") + ")";
+                }
+            }
         } else if (!pod_ready) {
             message = "Pod is Running but not Ready";
         } else if (ips.empty()) {
