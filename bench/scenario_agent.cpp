@@ -135,7 +135,10 @@ void scenario_agent_sandbox(asio::io_context& io, LocalCluster& cluster, const S
     }
     const std::string host(url->host());
     const int port = std::stoi(std::string(url->port()));
-    KubeClient kube(io.get_executor(), cluster.kube_config());
+    // Latency, not the client-side rate limit (50 QPS by default), is what is measured here.
+    KubeClientOptions unthrottled;
+    unthrottled.qps = 0;
+    KubeClient kube(io.get_executor(), cluster.kube_config(), unthrottled);
     DirectConnectionOptions direct;
     direct.url = cluster.router_url();
     direct.token = cluster.token();

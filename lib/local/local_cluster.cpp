@@ -244,9 +244,12 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
         controller_opts.default_pool_replicas = options.agent_sandbox_pool_replicas;
         KubeConfig self_config = KubeConfig::from_url(impl->url, impl->token, "default");
         self_config.certificate_authority_pem = impl->certs.ca_pem;
-        impl->controller = std::make_unique<local::AgentController>(impl->ioc.get_executor(),
-                                                                    KubeClient(impl->ioc.get_executor(), self_config),
-                                                                    controller_opts, options.logger);
+        // Part of the cluster: no client-side rate limit (50 QPS would cap claims per second).
+        KubeClientOptions self_client;
+        self_client.qps = 0;
+        impl->controller = std::make_unique<local::AgentController>(
+            impl->ioc.get_executor(), KubeClient(impl->ioc.get_executor(), self_config, self_client), controller_opts,
+            options.logger);
         // Started before the cluster's thread runs; that thread then creates the defaults, and
         // start() returns once they exist so a claim made right away finds its pool.
         auto defaults = std::make_shared<std::promise<void>>();
