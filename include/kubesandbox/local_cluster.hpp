@@ -95,6 +95,10 @@ public:
     void clear_faults();
     void expire_continue_tokens();  // every outstanding continue token now yields 410
     void expire_watches();          // every open watch gets an ERROR 410 and ends
+    // The sandbox router as if restarted: every connection through it is cut (requests in
+    // flight fail, their commands keep running in the pods) and it listens again on its port.
+    void restart_router();
+    void set_router_delay(std::chrono::milliseconds delay);  // a slow router; 0 = none
 
     struct Impl;
 

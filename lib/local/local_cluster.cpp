@@ -19,6 +19,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
@@ -105,12 +106,35 @@ struct LocalCluster::Impl {
     std::unique_ptr<local::ApiServer> api;
     std::unique_ptr<local::Kubelet> kubelet;
     std::unique_ptr<local::SandboxRouter> router;
+    local::RouterOptions router_options;
+    std::uint16_t router_port = 0;
     std::unique_ptr<local::AgentController> controller;
     std::future<void> defaults_ready;
     std::string router_url;
     std::thread thread;
     bool stopped = false;
     std::mutex stop_mutex;
+
+    Result<std::uint16_t> start_router(std::uint16_t port) {
+        local::Kubelet* k = kubelet.get();
+        router = std::make_unique<local::SandboxRouter>(
+            ioc.get_executor(), router_options,
+            [k](std::string_view ns, std::string_view name) { return k->network_pid(ns, name); });
+        auto bound = router->start(options.bind_address, port);
+        if (bound) router_port = *bound;
+        return bound;
+    }
+
+    // A new router on the same port (on the executor); the old one's connections are cut and it
+    // is kept a moment longer, while their coroutines finish on this thread.
+    void replace_router() {
+        std::shared_ptr<local::SandboxRouter> retired(std::move(router));
+        retired->stop();
+        if (auto again = start_router(router_port); !again)
+            options.logger.warning("local cluster: router restart: " + again.error().describe());
+        auto timer = std::make_shared<asio::steady_timer>(ioc, std::chrono::seconds(1));
+        timer->async_wait([retired, timer](const error_code&) {});
+    }
 
     asio::awaitable<void> accept_loop() {
         for (;;) {
@@ -226,13 +250,8 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
     impl->api->set_kubelet(impl->kubelet.get());
 
     // The sandbox router, on the same address; it asks the kubelet (same thread) for pods.
-    local::RouterOptions router_opts;
-    router_opts.token = impl->token;
-    local::Kubelet* kubelet = impl->kubelet.get();
-    impl->router = std::make_unique<local::SandboxRouter>(
-        impl->ioc.get_executor(), router_opts,
-        [kubelet](std::string_view ns, std::string_view name) { return kubelet->network_pid(ns, name); });
-    auto router_port = impl->router->start(options.bind_address, options.router_port);
+    impl->router_options.token = impl->token;
+    auto router_port = impl->start_router(options.router_port);
     if (!router_port) return fail(router_port.error());
     impl->router_url = "http://" + host + ":" + std::to_string(*router_port);
 
@@ -352,6 +371,25 @@ Result<void> LocalCluster::write_kubeconfig(const std::filesystem::path& path) c
 Result<void> LocalCluster::write_router_config(const std::filesystem::path& path) const {
     boost::json::object config{{"url", impl_->router_url}, {"token", impl_->token}};
     return write_private_file(path, boost::json::serialize(config) + "\n");
+}
+
+void LocalCluster::restart_router() {
+    std::promise<void> done;
+    asio::post(impl_->ioc, [this, &done] {
+        impl_->replace_router();
+        done.set_value();
+    });
+    done.get_future().wait();
+}
+
+void LocalCluster::set_router_delay(std::chrono::milliseconds delay) {
+    std::promise<void> done;
+    asio::post(impl_->ioc, [this, &done, delay] {
+        impl_->router_options.delay = delay;
+        impl_->replace_router();
+        done.set_value();
+    });
+    done.get_future().wait();
 }
 
 void LocalCluster::add_fault(FaultRule rule) { impl_->faults.add(std::move(rule)); }

@@ -86,6 +86,11 @@ struct SandboxRouter::Impl : std::enable_shared_from_this<Impl> {
                                      router_detail_body(decision.refusal->detail));
         }
         const RouterTarget& to = *decision.target;
+        if (options.delay.count() > 0) {
+            asio::steady_timer slow(executor);
+            slow.expires_after(options.delay);
+            co_await slow.async_wait(tuple_awaitable);
+        }
         const std::string unreachable = "Could not connect to the backend sandbox: " + to.sandbox_id;
 
         // Connect inside the pod (pods are addressed by name: every pod's IP is its own loopback).

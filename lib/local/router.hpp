@@ -21,6 +21,7 @@ struct RouterOptions {
     std::string token;  // required as a bearer token when non-empty (/healthz is exempt)
     std::chrono::milliseconds proxy_timeout{std::chrono::seconds(180)};
     std::uint64_t max_request_body = std::uint64_t(512) * 1024 * 1024;
+    std::chrono::milliseconds delay{0};  // added before relaying each request (tests: a slow router)
 };
 
 // (namespace, sandbox name) -> a process in the pod's network namespace, 0 when not running.

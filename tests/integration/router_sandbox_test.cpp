@@ -209,6 +209,40 @@ TEST_F(RouterSandboxTest, RouterAndRuntimeFailuresAreTypedErrors) {
     });
 }
 
+TEST_F(RouterSandboxTest, RouterRestartedMidCommandIsAnErrorAndNothingRunsTwice) {
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await sandbox("rt-restart");
+        if (!sb) co_return;
+        auto warm = co_await sb->execute("true");  // a keep-alive connection now sits in the pool
+        EXPECT_TRUE(warm);
+        std::optional<Result<ExecuteResponse>> first;
+        auto long_command = [&]() -> asio::awaitable<void> {
+            first.emplace(co_await sb->execute("echo start >> /app/log; sleep 1; echo end >> /app/log", 20s));
+        };
+        auto restart = [&]() -> asio::awaitable<void> {
+            co_await test::sleep_for(300ms);
+            cluster_->restart_router();
+        };
+        using namespace asio::experimental::awaitable_operators;
+        co_await (long_command() && restart());
+        EXPECT_TRUE(first && !*first && (*first).error().code == errc::connection_closed)
+            << (first && *first ? (**first).output : (first ? (*first).error().describe() : "no result"));
+        co_await test::sleep_for(1500ms);
+        // The command finished in the pod, once: the call was not replayed.
+        auto log = co_await sb->execute("cat /app/log");
+        EXPECT_TRUE(log && log->output == "start\nend\n") << (log ? log->output : log.error().describe());
+
+        // A slow router: calls take longer and still succeed.
+        cluster_->set_router_delay(400ms);
+        auto begun = std::chrono::steady_clock::now();
+        auto slow = co_await sb->execute("echo slow");
+        EXPECT_TRUE(slow && slow->output == "slow\n");
+        EXPECT_GE(std::chrono::steady_clock::now() - begun, 400ms);
+        cluster_->set_router_delay(0ms);
+        co_await remove("rt-restart");
+    });
+}
+
 TEST_F(RouterSandboxTest, ManyConcurrentExecutesShareThePool) {
     run([&]() -> asio::awaitable<void> {
         auto sb = co_await sandbox("rt-many");
