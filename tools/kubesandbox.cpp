@@ -86,7 +86,8 @@ constexpr const char* usage_text =
     "  --namespace-per-sandbox give every sandbox its own namespace\n"
     "  --no-block-network      do not create the deny-all NetworkPolicy\n"
     "  --startup-timeout S     readiness timeout for create (default 120)\n"
-    "  --json                  print the library result as one JSON document\n"
+    "  --json                  print the library result as one JSON document (output that is not\n"
+    "                          UTF-8 also comes exactly, base64-encoded, as <field>_base64)\n"
     "  -h, --help              this help\n"
     "\n"
     "Exit codes: 0 success, 1 error, 2 usage error; exec: the command's exit code; file commands:\n"
@@ -208,6 +209,17 @@ Args parse(int argc, char** argv) {
 
 void print_json(const json::value& v) { std::cout << json::serialize(v) << "\n"; }
 
+// JSON strings are UTF-8: text that is not goes with U+FFFD in place of the bad bytes, and
+// exactly, base64-encoded, under "<key>_base64".
+void put_text(json::object& o, const std::string& key, const std::string& text) {
+    if (files::valid_utf8(text)) {
+        o[key] = text;
+        return;
+    }
+    o[key] = files::replace_invalid_utf8(text);
+    o[key + "_base64"] = files::base64_encode(text);
+}
+
 int report(const Error& e) {
     std::cerr << "kubesandbox: error: " << e.describe() << "\n";
     return 1;
@@ -327,7 +339,7 @@ asio::awaitable<int> run_command(SandboxProvider& provider, const ModeInfo& mode
             if (!r) co_return report(r.error());
             if (a.json) {
                 json::object out;
-                out["output"] = r->output;
+                put_text(out, "output", r->output);
                 if (r->exit_code) out["exit_code"] = *r->exit_code;
                 else out["exit_code"] = nullptr;
                 out["truncated"] = r->truncated;
@@ -355,9 +367,9 @@ asio::awaitable<int> run_command(SandboxProvider& provider, const ModeInfo& mode
                 output = "Command timed out after " +
                          std::to_string(timeout ? timeout->count() : mode.default_exec_timeout.count()) + " seconds";
             json::object out;
-            out["output"] = output;
-            out["stdout"] = r->stdout_data;
-            out["stderr"] = r->stderr_data;
+            put_text(out, "output", output);
+            put_text(out, "stdout", r->stdout_data);
+            put_text(out, "stderr", r->stderr_data);
             if (r->exit_code) out["exit_code"] = *r->exit_code;
             else out["exit_code"] = nullptr;
             out["truncated"] = r->truncated;

@@ -2,6 +2,7 @@
 
 #include "kube/client_impl.hpp"
 #include "kube/exec_session.hpp"
+#include "sandbox/transfer_status.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -149,23 +150,7 @@ kube::ExecTarget make_target(const PodExecSandbox& sandbox, std::vector<std::str
 std::optional<std::string> transfer_error(const kube::ExecOutcome& outcome) {
     if (outcome.timed_out) return std::string("transfer timed out");
     if (!outcome.exit_code) return std::string("transfer failed: no exit status from the sandbox");
-    switch (*outcome.exit_code) {
-        case 0:
-            return std::nullopt;
-        case 20:
-            return std::string(file_error::permission_denied);
-        case 21:
-            return std::string(file_error::is_directory);
-        case 22:
-            return std::string(file_error::file_not_found);
-        default:
-            break;
-    }
-    std::string why = outcome.stderr_data.substr(0, 200);
-    while (!why.empty() && (why.back() == '\n' || why.back() == '\r')) why.pop_back();
-    std::string out = "transfer failed (exit code " + std::to_string(*outcome.exit_code) + ")";
-    if (!why.empty()) out += ": " + why;
-    return out;
+    return kubesandbox::transfer_error(*outcome.exit_code, outcome.stderr_data);
 }
 
 bool is_absolute_clean_path(std::string_view p) {

@@ -4,6 +4,7 @@
 #include "connection/router_connection.hpp"
 #include "proto/kubeconfig.hpp"
 #include "sandbox/runtime_protocol.hpp"
+#include "sandbox/transfer_status.hpp"
 #include "util/random.hpp"
 
 #include <boost/json/parse.hpp>
@@ -193,7 +194,7 @@ struct RouterSandbox::Internals {
                 r.error = "transfer failed: " + failure;
                 co_return r;
             }
-            if (auto e = rp::transfer_error(ran->exit_code, ran->stderr_text)) {
+            if (auto e = transfer_error(ran->exit_code, ran->stderr_text)) {
                 r.error = *e;
                 co_return r;
             }
@@ -237,7 +238,7 @@ struct RouterSandbox::Internals {
             r.error = "transfer failed: " + failure;
             co_return r;
         }
-        if (auto e = rp::transfer_error(ran->exit_code, ran->stderr_text)) {
+        if (auto e = transfer_error(ran->exit_code, ran->stderr_text)) {
             r.error = *e;
             co_return r;
         }

@@ -92,13 +92,11 @@ MultipartBody multipart_file(std::string_view filename, std::string_view data, s
 // not survive the multipart header) or not UTF-8.
 std::optional<std::string> runtime_relative_name(std::string_view base, std::string_view path);
 
-// Commands that move one file without the HTTP endpoints (sh + base64 in the sandbox).
-// Exit codes: 20 permission denied, 21 is a directory, 22 not found, 23 larger than max_bytes.
+// Commands that move one file without the HTTP endpoints (sh + base64 in the sandbox). Their
+// exit codes are read by transfer_error (sandbox/transfer_status.hpp).
 // Uploads go in pieces (an argument is at most 128 KiB): the first truncates, the rest append.
 inline constexpr std::size_t upload_piece_bytes = 64 * 1024;
 std::vector<std::string> upload_piece_argv(std::string_view path, std::string_view piece, bool first);
 std::vector<std::string> download_argv(std::string_view path, std::size_t max_bytes);
-// The per-file error for a transfer command's exit code: nullopt for 0.
-std::optional<std::string> transfer_error(std::int64_t exit_code, std::string_view stderr_text);
 
 }  // namespace kubesandbox::runtime_protocol

@@ -133,6 +133,10 @@ A cp "$TMP/in.txt" "agent/1:/app/dir/in.txt" && A cp "agent/1:/app/dir/in.txt" "
     && cmp -s "$TMP/in.txt" "$TMP/back.txt" && pass "agent-sandbox cp both ways" || fail "agent-sandbox cp"
 OUT=$(A grep "agent/1" line --path /app); rc=$?
 [[ $rc == 0 && $OUT == *"/app/dir/in.txt"* ]] && pass "agent-sandbox file commands" || fail "agent-sandbox grep (rc $rc '$OUT')"
+OUT=$(A --json exec "agent/1" -- printf 'a\377'); rc=$?
+if [[ $rc == 0 ]] && /usr/bin/python3 -c 'import json,sys,base64; d=json.loads(sys.argv[1]); assert base64.b64decode(d["output_base64"]) == b"a\xff", d' "$OUT"; then
+    pass "--json output that is not UTF-8 stays valid JSON, exact bytes in base64"
+else fail "--json non-UTF-8 (rc $rc '$OUT')"; fi
 # (output captured first: grep -q ending a pipe early would fail it under pipefail)
 OUT=$(A list); [[ $OUT == *$'\n'"agent/1 "* ]] && pass "agent-sandbox list" || fail "agent-sandbox list: $OUT"
 OUT=$(A pool); [[ $OUT == *$'\n'"target 1"* ]] && pass "agent-sandbox pool" || fail "agent-sandbox pool: $OUT"

@@ -1,5 +1,6 @@
 // The client side of the python-runtime protocol, without sockets.
 #include "sandbox/runtime_protocol.hpp"
+#include "sandbox/transfer_status.hpp"
 
 #include <boost/json/parse.hpp>
 
@@ -103,12 +104,12 @@ TEST(RuntimeProtocol, MultipartAndTransferResults) {
     EXPECT_EQ(
         m.body,
         "--BOUND\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a/b.txt\"\r\n\r\nda\0ta\r\n--BOUND--\r\n"s);
-    EXPECT_EQ(rp::transfer_error(0, ""), std::nullopt);
-    EXPECT_EQ(rp::transfer_error(20, ""), "permission_denied");
-    EXPECT_EQ(rp::transfer_error(21, ""), "is_directory");
-    EXPECT_EQ(rp::transfer_error(22, ""), "file_not_found");
-    EXPECT_EQ(rp::transfer_error(23, ""), "file_too_large");
-    EXPECT_EQ(rp::transfer_error(5, "boom\n"), "transfer failed (exit code 5): boom");
+    EXPECT_EQ(kubesandbox::transfer_error(0, ""), std::nullopt);
+    EXPECT_EQ(kubesandbox::transfer_error(20, ""), "permission_denied");
+    EXPECT_EQ(kubesandbox::transfer_error(21, ""), "is_directory");
+    EXPECT_EQ(kubesandbox::transfer_error(22, ""), "file_not_found");
+    EXPECT_EQ(kubesandbox::transfer_error(23, ""), "file_too_large");
+    EXPECT_EQ(kubesandbox::transfer_error(5, "boom\n"), "transfer failed (exit code 5): boom");
     auto up = rp::upload_piece_argv("/p", "\x01", true);
     EXPECT_EQ(up.size(), 7u);
     EXPECT_EQ(up[5], "AQ==");
