@@ -56,13 +56,17 @@ std::string execute_body(const std::vector<std::string>& argv) {
 // the status comes back through fd 5 into a command substitution (no temporary file, so a
 // read-only root works). After the timeout the watchdog writes "<marker>-timeout" and kills the
 // process group (the runtime starts each command in one of its own). The watchdog's sleep holds
-// none of the runtime's pipes, and a TERM ends it with its sleep, so nothing is left behind.
+// none of the runtime's pipes, and a TERM ends it with its sleep, so nothing is left behind: the
+// trap only records the TERM, since one arriving between `sleep &` and `s=$!` would otherwise
+// find no pid to kill (a shell runs traps between commands; `wait` returns at once on a
+// pending one).
 constexpr const char* watchdog_script = R"SH(m=$1; t=$2; w=
 exec 4>&1
 if [ "$t" -gt 0 ] 2>/dev/null; then
-  ( s=; trap '[ -n "$s" ] && kill "$s" 2>/dev/null; exit 0' TERM
+  ( k=; trap 'k=1' TERM
     sleep "$t" </dev/null >/dev/null 2>&1 & s=$!
-    wait "$s"
+    [ -n "$k" ] || wait "$s"
+    if [ -n "$k" ]; then kill "$s" 2>/dev/null; exit 0; fi
     printf '\n%s-timeout\n' "$m" >&2
     kill -KILL 0 ) </dev/null >/dev/null 4>&- &
   w=$!

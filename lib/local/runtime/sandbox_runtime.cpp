@@ -26,6 +26,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -39,6 +40,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <csignal>
@@ -141,6 +143,18 @@ asio::awaitable<void> read_all(asio::posix::stream_descriptor& pipe, std::string
     }
 }
 
+// Closes every descriptor from `first` up, except `keep`.
+void close_descriptors_from(int first, int keep) {
+    auto close_range = [](unsigned lo, unsigned hi) {
+        if (lo > hi) return;
+        if (::syscall(SYS_close_range, lo, hi, 0) == 0) return;
+        long max = ::sysconf(_SC_OPEN_MAX);
+        for (long fd = lo; fd <= std::min<long>(hi, max < 0 ? 65536 : max); ++fd) ::close(static_cast<int>(fd));
+    };
+    close_range(static_cast<unsigned>(first), static_cast<unsigned>(keep - 1));
+    close_range(static_cast<unsigned>(keep + 1), ~0U);
+}
+
 asio::awaitable<std::string> run_command(std::string command) {
     auto failed = [](const std::string& why) { return execute_body("", "Failed to execute command: " + why, 1); };
     auto split = shlex_split(command);
@@ -166,6 +180,9 @@ asio::awaitable<std::string> run_command(std::string command) {
         ::setsid();
         ::dup2(out[1], 1);
         ::dup2(err[1], 2);
+        // Nothing else of the server's reaches the command (its listening socket would keep the
+        // port after the server dies), as with python-runtime, whose descriptors close on exec.
+        close_descriptors_from(3, report[1]);
         int e = 0;
         if (::chdir(settings.base.c_str()) != 0) {
             e = errno;
