@@ -46,9 +46,7 @@ public:
 
     asio::awaitable<Result<unsigned>> send(RouterRequest request, steady_clock::time_point deadline,
                                            ResponseSink& sink) override {
-        asio::steady_timer slot_timer(executor_);
-        slot_timer.expires_at(deadline);
-        auto slot = co_await pool_.acquire(slot_timer);
+        auto slot = co_await pool_.acquire(deadline);
         if (!slot) co_return fail(errc::timeout, "no free connection to the router " + options_.url + " in time");
 
         http::request<http::string_body> req{http::string_to_verb(request.method), prefix_ + request.target, 11};

@@ -88,9 +88,7 @@ asio::awaitable<Result<kube::RawResponse>> KubeClient::Impl::attempt(const kube:
     // One absolute deadline for the whole attempt: waiting for a pool slot, connecting, sending
     // and receiving all spend from the same request_timeout.
     const auto deadline = steady_clock::now() + options.request_timeout;
-    asio::steady_timer timer(executor);
-    timer.expires_at(deadline);
-    auto slot = co_await pool.acquire(timer);
+    auto slot = co_await pool.acquire(deadline);
     if (!slot) co_return fail(errc::timeout, "no connection to the API server became free in time");
 
     bool reused = true;

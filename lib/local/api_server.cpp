@@ -47,7 +47,7 @@ public:
 
     asio::any_io_executor executor() override { return s_->inner.get_executor(); }
     void read_some(asio::mutable_buffer b, net::IoHandler h) override { s_->inner.async_read_some(b, std::move(h)); }
-    void write_some(asio::const_buffer b, net::IoHandler h) override {
+    void write_some(const net::ConstBufferList& b, net::IoHandler h) override {
         if (s_->left == 0) {
             s_->inner.close();
             asio::post(s_->inner.get_executor(), [h = std::move(h)]() mutable {
@@ -55,8 +55,7 @@ public:
             });
             return;
         }
-        std::size_t n = std::min(b.size(), s_->left);
-        s_->inner.async_write_some(asio::buffer(b.data(), n),
+        s_->inner.async_write_some(b.prefix(s_->left),
                                    [s = s_, h = std::move(h)](error_code ec, std::size_t written) mutable {
                                        s->left -= std::min(written, s->left);
                                        if (s->left == 0) s->inner.close();  // what was written still arrives

@@ -6,7 +6,9 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <openssl/ssl.h>
+
 #include <poll.h>
+#include <algorithm>
 
 namespace kubesandbox::net {
 namespace beast = boost::beast;
@@ -53,7 +55,7 @@ public:
     ~TcpImpl() override { deadline_.disarm(); }
     asio::any_io_executor executor() override { return socket_.get_executor(); }
     void read_some(asio::mutable_buffer b, IoHandler h) override { socket_.async_read_some(b, std::move(h)); }
-    void write_some(asio::const_buffer b, IoHandler h) override { socket_.async_write_some(b, std::move(h)); }
+    void write_some(const ConstBufferList& b, IoHandler h) override { socket_.async_write_some(b, std::move(h)); }
     void handshake(DoneHandler h) override {
         asio::post(socket_.get_executor(), [h = std::move(h)]() mutable { std::move(h)(error_code{}); });
     }
@@ -85,7 +87,7 @@ public:
 
     asio::any_io_executor executor() override { return stream_.get_executor(); }
     void read_some(asio::mutable_buffer b, IoHandler h) override { stream_.async_read_some(b, std::move(h)); }
-    void write_some(asio::const_buffer b, IoHandler h) override { stream_.async_write_some(b, std::move(h)); }
+    void write_some(const ConstBufferList& b, IoHandler h) override { stream_.async_write_some(b, std::move(h)); }
     void handshake(DoneHandler h) override { stream_.async_handshake(type_, std::move(h)); }
     void shutdown(DoneHandler h) override { stream_.async_shutdown(std::move(h)); }
     void close() noexcept override {
@@ -111,6 +113,23 @@ private:
 };
 
 }  // namespace
+
+std::size_t ConstBufferList::bytes() const noexcept {
+    std::size_t n = 0;
+    for (const auto& b : *this) n += b.size();
+    return n;
+}
+
+ConstBufferList ConstBufferList::prefix(std::size_t n) const noexcept {
+    ConstBufferList out;
+    for (const auto& b : *this) {
+        if (n == 0) break;
+        std::size_t take = std::min(n, b.size());
+        out.items[out.count++] = asio::const_buffer(b.data(), take);
+        n -= take;
+    }
+    return out;
+}
 
 AnyStream AnyStream::tcp(tcp::socket socket) { return AnyStream(std::make_unique<TcpImpl>(std::move(socket))); }
 

@@ -12,6 +12,7 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/beast/core/role.hpp>
 
+#include <array>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -23,13 +24,27 @@ using boost::system::error_code;
 using IoHandler = asio::any_completion_handler<void(error_code, std::size_t)>;
 using DoneHandler = asio::any_completion_handler<void(error_code)>;
 
+// The first buffers of one write, passed on whole so a gather write sends an HTTP head (a
+// buffer per header field) and its body in one syscall and one TCP segment; TLS copies them
+// into one record. Buffers past the capacity wait for the next write_some.
+struct ConstBufferList {
+    static constexpr std::size_t capacity = 32;
+    std::array<asio::const_buffer, capacity> items{};
+    std::size_t count{0};
+    const asio::const_buffer* begin() const noexcept { return items.data(); }
+    const asio::const_buffer* end() const noexcept { return items.data() + count; }
+    std::size_t bytes() const noexcept;
+    // The first `n` bytes.
+    ConstBufferList prefix(std::size_t n) const noexcept;
+};
+
 class AnyStream {
 public:
     struct Impl {
         virtual ~Impl() = default;
         virtual asio::any_io_executor executor() = 0;
         virtual void read_some(asio::mutable_buffer b, IoHandler h) = 0;
-        virtual void write_some(asio::const_buffer b, IoHandler h) = 0;
+        virtual void write_some(const ConstBufferList& buffers, IoHandler h) = 0;
         virtual void handshake(DoneHandler h) = 0;  // TLS handshake; completes at once for TCP
         virtual void shutdown(DoneHandler h) = 0;   // TLS close_notify + TCP shutdown(send)
         virtual void close() noexcept = 0;          // hard close, cancels pending operations
@@ -76,8 +91,8 @@ public:
     template <class ConstBufferSequence, class Token>
     auto async_write_some(const ConstBufferSequence& buffers, Token&& token) {
         return asio::async_initiate<Token, void(error_code, std::size_t)>(
-            [](auto handler, Impl* impl, asio::const_buffer b) { impl->write_some(b, std::move(handler)); }, token,
-            impl_.get(), first_buffer<asio::const_buffer>(buffers));
+            [](auto handler, Impl* impl, const ConstBufferList& list) { impl->write_some(list, std::move(handler)); },
+            token, impl_.get(), buffer_list(buffers));
     }
 
     template <class Token>
@@ -93,8 +108,8 @@ public:
     }
 
 private:
-    // A read_some/write_some may transfer fewer bytes than offered, so using the first
-    // non-empty buffer of the sequence is correct and keeps the erased interface simple.
+    // A read_some may transfer fewer bytes than offered, so reading into the first non-empty
+    // buffer of the sequence is correct (Beast reads into one flat buffer anyway).
     template <class Buffer, class Sequence>
     static Buffer first_buffer(const Sequence& seq) {
         for (auto it = asio::buffer_sequence_begin(seq); it != asio::buffer_sequence_end(seq); ++it) {
@@ -102,6 +117,17 @@ private:
             if (b.size() != 0) return b;
         }
         return Buffer();
+    }
+
+    template <class Sequence>
+    static ConstBufferList buffer_list(const Sequence& seq) {
+        ConstBufferList list;
+        for (auto it = asio::buffer_sequence_begin(seq);
+             it != asio::buffer_sequence_end(seq) && list.count < ConstBufferList::capacity; ++it) {
+            asio::const_buffer b(*it);
+            if (b.size() != 0) list.items[list.count++] = b;
+        }
+        return list;
     }
 
     std::unique_ptr<Impl> impl_;

@@ -8,7 +8,7 @@ using std::chrono::steady_clock;
 
 ConnectionPool::ConnectionPool(boost::asio::any_io_executor executor, std::size_t max_connections,
                                steady_clock::duration max_idle)
-    : max_idle_(max_idle) {
+    : executor_(executor), max_idle_(max_idle) {
     const std::size_t n = std::max<std::size_t>(1, max_connections);
     slots_ = std::make_unique<SlotChannel>(executor, n);
     for (std::size_t i = 0; i < n; ++i) slots_->try_send(boost::system::error_code{});
@@ -18,7 +18,10 @@ ConnectionPool::Slot::~Slot() {
     if (pool_) pool_->slots_->try_send(boost::system::error_code{});
 }
 
-boost::asio::awaitable<std::optional<ConnectionPool::Slot>> ConnectionPool::acquire(boost::asio::steady_timer& timer) {
+boost::asio::awaitable<std::optional<ConnectionPool::Slot>> ConnectionPool::acquire(steady_clock::time_point deadline) {
+    if (slots_->try_receive([](boost::system::error_code) {})) co_return std::optional<Slot>(Slot(this));
+    boost::asio::steady_timer timer(executor_);
+    timer.expires_at(deadline);
     auto got = co_await with_timeout(slots_->async_receive(use_tuple), timer);
     if (!got) co_return std::nullopt;
     co_return std::optional<Slot>(Slot(this));

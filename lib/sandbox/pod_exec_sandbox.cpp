@@ -3,6 +3,7 @@
 #include "kube/client_impl.hpp"
 #include "kube/exec_session.hpp"
 #include "sandbox/transfer_status.hpp"
+#include "util/random.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -13,7 +14,6 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <atomic>
-#include <random>
 
 namespace kubesandbox {
 
@@ -90,15 +90,6 @@ for pass in 1 2 3 4 5; do
 done
 exit 0
 )SH";
-
-std::string random_marker() {
-    static std::atomic<std::uint64_t> counter{0};
-    std::random_device rd;
-    std::uint64_t v = (std::uint64_t(rd()) << 32) ^ rd() ^ (counter++ << 1);
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-    return buf;
-}
 
 // Largest prefix of at most `cap` bytes that does not end inside a UTF-8 sequence.
 std::size_t utf8_safe_cut(std::string_view s, std::size_t cap) {
@@ -229,7 +220,7 @@ struct PodExecSandbox::Internals {
     static asio::awaitable<Result<kube::ExecOutcome>> run_marked(PodExecSandbox& self, std::vector<std::string> argv,
                                                                  std::string stdin_data, bool with_stdin,
                                                                  std::chrono::seconds limit) {
-        const std::string marker = random_marker();
+        const std::string marker = util::random_hex(8);
         kube::ExecTarget target = make_target(self, launch_argv(self, marker, std::move(argv)), with_stdin);
         kube::ExecRunOptions run;
         run.stdin_data = std::move(stdin_data);

@@ -1,4 +1,4 @@
-// Unpredictable names and tokens (OpenSSL's CSPRNG), for object names and idempotency tokens.
+// Unpredictable names, tokens and markers (the kernel's CSPRNG, OpenSSL's as a fallback).
 #pragma once
 
 #include <cstddef>
