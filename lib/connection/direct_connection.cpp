@@ -1,4 +1,5 @@
 // The direct connection: the router at a URL, over a keep-alive pool.
+#include "connection/http1.hpp"
 #include "connection/router_connection.hpp"
 #include "net/connection_pool.hpp"
 #include "net/connector.hpp"
@@ -7,12 +8,12 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/error.hpp>
-#include <boost/beast/http/buffer_body.hpp>
-#include <boost/beast/http/read.hpp>
-#include <boost/beast/http/string_body.hpp>
-#include <boost/beast/http/write.hpp>
+#include <boost/beast/http/error.hpp>
 #include <boost/url/parse.hpp>
+
+#include <array>
 
 namespace kubesandbox {
 
@@ -24,11 +25,6 @@ using std::chrono::steady_clock;
 namespace {
 
 constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
-
-Error transport_error(const boost::system::error_code& ec, const std::string& what) {
-    if (ec == beast::error::timeout) return make_error(errc::timeout, what + ": timed out");
-    return make_error(errc::connection_closed, what + ": " + ec.message());
-}
 
 class DirectConnection final : public RouterConnection, public RouterConnection::Impl {
 public:
@@ -46,18 +42,18 @@ public:
 
     asio::awaitable<Result<unsigned>> send(RouterRequest request, steady_clock::time_point deadline,
                                            ResponseSink& sink) override {
+        const std::string head = http1::request_head(request, prefix_, host_, options_.token);
+        if (head.empty())
+            co_return fail(errc::invalid_argument,
+                           "a request to the router " + options_.url + " has a line break or space where none may be");
         auto slot = co_await pool_.acquire(deadline);
         if (!slot) co_return fail(errc::timeout, "no free connection to the router " + options_.url + " in time");
-
-        http::request<http::string_body> req{http::string_to_verb(request.method), prefix_ + request.target, 11};
-        req.set(http::field::host, host_);
-        req.set(http::field::user_agent, "kubesandbox");
-        if (!options_.token.empty()) req.set(http::field::authorization, "Bearer " + options_.token);
-        for (auto& [name, value] : request.headers) req.insert(name, value);
-        req.body() = std::move(request.body);
-        req.keep_alive(true);
-        req.prepare_payload();
         const std::string what = request.method + " " + options_.url + request.target;
+        // Past the deadline the stream closes itself, so any failure then is a timeout.
+        auto transport_error = [&](const boost::system::error_code& ec, const std::string& when) {
+            if (steady_clock::now() >= deadline) return make_error(errc::timeout, what + ": timed out");
+            return make_error(errc::connection_closed, what + when + ": " + ec.message());
+        };
 
         for (int attempt = 0;; ++attempt) {
             auto idle = pool_.take_idle();
@@ -80,52 +76,79 @@ public:
             auto left = deadline - steady_clock::now();
             if (left <= steady_clock::duration::zero()) co_return fail(errc::timeout, what + ": timed out");
             conn.stream.expires_after(left);
-            auto [wec, wn] = co_await http::async_write(conn.stream, req, tuple_awaitable);
+            // Head and body in one gather write: one syscall, and one segment when they fit.
+            const std::array<asio::const_buffer, 2> out{asio::buffer(head), asio::buffer(request.body)};
+            auto [wec, wn] = co_await asio::async_write(conn.stream, out, tuple_awaitable);
             if (wec) {
                 conn.stream.close();
                 // A failed write on a reused connection: the server closed it while idle.
-                if (reused && attempt == 0) continue;
-                co_return fail(transport_error(wec, what));
+                if (reused && attempt == 0 && steady_clock::now() < deadline) continue;
+                co_return fail(transport_error(wec, ""));
             }
-            http::response_parser<http::buffer_body> parser;
-            parser.body_limit(boost::none);
-            auto [hec, hn] = co_await http::async_read_header(conn.stream, conn.buffer, parser, tuple_awaitable);
-            if (hec) {
+            auto received = co_await receive(conn, request.method == "HEAD", sink);
+            if (!received) {
                 conn.stream.close();
-                // Nothing came back on a reused connection: stale, unless the request was unsafe to repeat.
-                if (reused && attempt == 0 && !parser.got_some() && request.replay_safe && hec != beast::error::timeout)
-                    continue;
-                co_return fail(transport_error(hec, what));
-            }
-            auto& res = parser.get();
-            sink.on_head(res.result_int(), std::string_view(res[http::field::content_type].data(),
-                                                            res[http::field::content_type].size()));
-            char chunk[64 * 1024];
-            while (!parser.is_done()) {
-                res.body().data = chunk;
-                res.body().size = sizeof chunk;
-                auto [ec, n] = co_await http::async_read(conn.stream, conn.buffer, parser, tuple_awaitable);
-                if (ec && ec != http::error::need_buffer) {
-                    conn.stream.close();
-                    co_return fail(transport_error(ec, what + " (response cut short)"));
-                }
-                std::size_t got = sizeof chunk - res.body().size;
-                if (got && !sink.on_body(std::string_view(chunk, got))) {
-                    conn.stream.close();
+                if (received.error().kind == Received::refused)
                     co_return fail(errc::cancelled, what + ": response refused by the reader");
-                }
+                if (received.error().kind == Received::garbled)
+                    co_return fail(errc::invalid_response, what + ": the router's response is not valid HTTP");
+                // Nothing came back on a reused connection: stale, unless the request was unsafe to repeat.
+                if (received.error().kind == Received::nothing && reused && attempt == 0 && request.replay_safe &&
+                    steady_clock::now() < deadline)
+                    continue;
+                co_return fail(transport_error(
+                    received.error().ec, received.error().kind == Received::nothing ? "" : " (response cut short)"));
             }
-            const unsigned status = res.result_int();
-            if (res.keep_alive()) {
+            if (received->keep_alive) {
                 pool_.give_back(std::move(conn));
             } else {
                 conn.stream.close();
             }
-            co_return status;
+            co_return received->status;
         }
     }
 
 private:
+    struct Response {
+        unsigned status = 0;
+        bool keep_alive = false;
+    };
+    enum class Received { nothing, cut_short, garbled, refused };
+    struct Failure {
+        Received kind;
+        boost::system::error_code ec{};
+    };
+
+    // Reads one response, the body straight from the connection's buffer into the sink.
+    asio::awaitable<tl::expected<Response, Failure>> receive(net::PooledConnection& conn, bool head_only,
+                                                             ResponseSink& sink) {
+        http1::ResponseParser parser(sink);
+        parser.eager(true);
+        parser.body_limit(boost::none);
+        parser.header_limit(64 * 1024);
+        if (head_only) parser.skip(true);
+        for (;;) {
+            if (conn.buffer.size() != 0) {
+                boost::system::error_code ec;
+                std::size_t used = parser.put(conn.buffer.data(), ec);
+                conn.buffer.consume(used);
+                if (parser.refused_by_sink()) co_return tl::unexpected(Failure{Received::refused});
+                if (ec && ec != http::error::need_more) co_return tl::unexpected(Failure{Received::garbled});
+                if (parser.is_done()) co_return Response{parser.status(), parser.keep_alive()};
+                if (!ec && used != 0) continue;
+            }
+            auto [ec, n] = co_await conn.stream.async_read_some(conn.buffer.prepare(64 * 1024), tuple_awaitable);
+            conn.buffer.commit(n);
+            if (!ec) continue;
+            if (ec == asio::error::eof && parser.got_some() && parser.need_eof()) {
+                boost::system::error_code eof_ec;
+                parser.put_eof(eof_ec);  // a body that ends with the connection
+                if (!eof_ec) co_return Response{parser.status(), false};
+            }
+            co_return tl::unexpected(Failure{parser.got_some() ? Received::cut_short : Received::nothing, ec});
+        }
+    }
+
     asio::any_io_executor executor_;
     DirectConnectionOptions options_;
     net::ConnectTarget target_;

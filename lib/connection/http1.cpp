@@ -1,0 +1,63 @@
+#include "connection/http1.hpp"
+
+#include <boost/beast/http/error.hpp>
+
+namespace kubesandbox::http1 {
+
+namespace http = boost::beast::http;
+
+namespace {
+
+bool has_line_break(std::string_view s) { return s.find_first_of("\r\n") != std::string_view::npos; }
+
+void add_field(std::string& head, std::string_view name, std::string_view value) {
+    head.append(name).append(": ").append(value).append("\r\n");
+}
+
+}  // namespace
+
+std::string request_head(const RouterRequest& request, std::string_view prefix, std::string_view host,
+                         std::string_view token) {
+    if (has_line_break(request.method) || has_line_break(request.target) || has_line_break(host) ||
+        has_line_break(token) || request.method.find(' ') != std::string::npos ||
+        request.target.find(' ') != std::string::npos)
+        return {};
+    std::string head;
+    head.reserve(256 + request.target.size() + token.size());
+    head.append(request.method).append(" ").append(prefix).append(request.target).append(" HTTP/1.1\r\n");
+    add_field(head, "Host", host);
+    add_field(head, "User-Agent", "kubesandbox");
+    if (!token.empty()) head.append("Authorization: Bearer ").append(token).append("\r\n");
+    for (const auto& [name, value] : request.headers) {
+        if (name.empty() || has_line_break(name) || has_line_break(value) || name.find(':') != std::string::npos)
+            return {};
+        add_field(head, name, value);
+    }
+    if (!request.body.empty() || request.method == "POST" || request.method == "PUT" || request.method == "PATCH")
+        add_field(head, "Content-Length", std::to_string(request.body.size()));
+    head.append("\r\n");
+    return head;
+}
+
+void ResponseParser::on_request_impl(http::verb, string_view, string_view, int, error_code& ec) {
+    ec = http::error::bad_version;  // never called for a response parser
+}
+
+void ResponseParser::on_field_impl(http::field f, string_view, string_view value, error_code&) {
+    if (f == http::field::content_type) content_type_.assign(value.data(), value.size());
+}
+
+std::size_t ResponseParser::on_body_impl(string_view body, error_code& ec) {
+    if (!sink_.on_body(std::string_view(body.data(), body.size()))) {
+        refused_ = true;
+        ec = http::error::body_limit;  // stops the parser; refused_by_sink() tells why
+        return 0;
+    }
+    return body.size();
+}
+
+std::size_t ResponseParser::on_chunk_body_impl(std::uint64_t, string_view body, error_code& ec) {
+    return on_body_impl(body, ec);
+}
+
+}  // namespace kubesandbox::http1

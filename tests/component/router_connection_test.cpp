@@ -1,0 +1,145 @@
+// The direct router connection over loopback against a scripted server: one keep-alive
+// connection reused, bodies streamed to the sink whatever their framing, and every failure typed.
+#include <kubesandbox/router_sandbox.hpp>
+
+#include "connection/router_connection.hpp"
+
+#include "../support/fake_server.hpp"
+#include "../support/run_test.hpp"
+
+#include <gtest/gtest.h>
+
+namespace {
+namespace asio = boost::asio;
+using namespace kubesandbox;
+using kubesandbox::test::FakeReply;
+using kubesandbox::test::FakeRequest;
+using kubesandbox::test::FakeServer;
+using namespace std::chrono_literals;
+
+struct Collect final : ResponseSink {
+    void on_head(unsigned s, std::string_view) override { status = s; }
+    bool on_body(std::string_view chunk) override {
+        body.append(chunk);
+        ++pieces;
+        return body.size() <= limit;
+    }
+    unsigned status = 0;
+    std::string body;
+    int pieces = 0;
+    std::size_t limit = std::size_t(-1);
+};
+
+class RouterConnectionTest : public ::testing::Test {
+protected:
+    std::shared_ptr<RouterConnection> connect(const FakeServer& server, std::string token = "") {
+        DirectConnectionOptions options;
+        options.url = server.url() + "/base";
+        options.token = std::move(token);
+        auto made = make_direct_connection(io_.get_executor(), options);
+        EXPECT_TRUE(made);
+        return made ? *made : nullptr;
+    }
+    asio::awaitable<Result<unsigned>> send(RouterConnection& c, RouterRequest r, Collect& sink,
+                                           std::chrono::milliseconds within) {
+        co_return co_await c.impl().send(std::move(r), std::chrono::steady_clock::now() + within, sink);
+    }
+    template <class F>
+    void run(F body) {
+        kubesandbox::test::run_coroutine_test(io_, body, 20s);
+    }
+    asio::io_context io_;
+};
+
+TEST_F(RouterConnectionTest, ReusesOneConnectionAndSendsHeadAndBodyOnce) {
+    std::vector<FakeRequest> seen;
+    FakeServer server(io_, [&](const FakeRequest& r) {
+        seen.push_back(r);
+        return FakeReply(test::http_response(200, "{\"n\":" + std::to_string(seen.size()) + "}"));
+    });
+    auto c = connect(server, "secret");
+    run([&]() -> asio::awaitable<void> {
+        for (int i = 1; i <= 3; ++i) {
+            RouterRequest r;
+            r.method = "POST";
+            r.target = "/execute";
+            r.headers = {{"X-Sandbox-ID", "sb"}};
+            r.body = "{\"command\":\"true\"}";
+            Collect sink;
+            auto status = co_await send(*c, r, sink, 5000ms);
+            EXPECT_TRUE(status && *status == 200) << (status ? "" : status.error().describe());
+            EXPECT_EQ(sink.body, "{\"n\":" + std::to_string(i) + "}");
+        }
+    });
+    EXPECT_EQ(server.connections_accepted(), 1);
+    ASSERT_EQ(seen.size(), 3u);
+    EXPECT_EQ(seen[0].target, "/base/execute");
+    EXPECT_EQ(seen[0].headers["authorization"], "Bearer secret");
+    EXPECT_EQ(seen[0].headers["x-sandbox-id"], "sb");
+    EXPECT_EQ(seen[0].body, "{\"command\":\"true\"}");
+}
+
+TEST_F(RouterConnectionTest, StreamsChunkedAndUntilCloseBodies) {
+    FakeServer server(io_, [&](const FakeRequest& r) {
+        if (r.target == "/base/chunked") {
+            FakeReply reply(test::chunked_head(200, "text/plain") + test::chunk("abc"));
+            reply.more = {{test::chunk("def"), 20ms}, {test::chunk(""), 20ms}};
+            return reply;
+        }
+        return FakeReply("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nto the end", 0ms, true);
+    });
+    auto c = connect(server);
+    run([&]() -> asio::awaitable<void> {
+        RouterRequest r;
+        r.target = "/chunked";
+        Collect chunked;
+        auto status = co_await send(*c, r, chunked, 5000ms);
+        EXPECT_TRUE(status && *status == 200);
+        EXPECT_EQ(chunked.body, "abcdef");
+        EXPECT_GE(chunked.pieces, 2);  // handed over as it came, not at the end
+        r.target = "/close";
+        Collect until_close;
+        status = co_await send(*c, r, until_close, 5000ms);
+        EXPECT_TRUE(status && *status == 200) << (status ? "" : status.error().describe());
+        EXPECT_EQ(until_close.body, "to the end");
+    });
+}
+
+TEST_F(RouterConnectionTest, FailuresAreTyped) {
+    FakeServer server(io_, [&](const FakeRequest& r) {
+        if (r.target == "/base/garbage") return FakeReply("SMTP ready\r\n\r\n");
+        if (r.target == "/base/slow") return FakeReply(test::http_response(200, "{}"), 3000ms);
+        if (r.target == "/base/cut") return FakeReply("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", 0ms, true);
+        return FakeReply(test::http_response(200, std::string(1000, 'x')));
+    });
+    auto c = connect(server);
+    run([&]() -> asio::awaitable<void> {
+        RouterRequest r;
+        r.target = "/garbage";
+        Collect a;
+        auto status = co_await send(*c, r, a, 5000ms);
+        EXPECT_TRUE(!status && status.error().code == errc::invalid_response);
+        r.target = "/slow";
+        Collect b;
+        auto begun = std::chrono::steady_clock::now();
+        status = co_await send(*c, r, b, 300ms);
+        EXPECT_TRUE(!status && status.error().code == errc::timeout) << (status ? "" : status.error().describe());
+        EXPECT_LT(std::chrono::steady_clock::now() - begun, 2s);
+        r.target = "/cut";
+        Collect d;
+        status = co_await send(*c, r, d, 5000ms);
+        EXPECT_TRUE(!status && status.error().code == errc::connection_closed);
+        r.target = "/big";
+        Collect e;
+        e.limit = 10;
+        status = co_await send(*c, r, e, 5000ms);
+        EXPECT_TRUE(!status && status.error().code == errc::cancelled);
+        r.target = "/x";
+        r.headers = {{"X-Sandbox-ID", "a\r\nX-Injected: 1"}};
+        Collect f;
+        status = co_await send(*c, r, f, 5000ms);
+        EXPECT_TRUE(!status && status.error().code == errc::invalid_argument);
+    });
+}
+
+}  // namespace

@@ -1,0 +1,116 @@
+// The router connection's HTTP/1.1 codec without sockets: request heads, and responses parsed
+// straight into a sink in any split.
+#include "connection/http1.hpp"
+
+#include <boost/beast/http/error.hpp>
+
+#include <gtest/gtest.h>
+
+namespace {
+using namespace kubesandbox;
+namespace http = boost::beast::http;
+
+struct RecordingSink final : ResponseSink {
+    void on_head(unsigned s, std::string_view type) override {
+        status = s;
+        content_type = type;
+        ++heads;
+    }
+    bool on_body(std::string_view chunk) override {
+        if (refuse_after && body.size() + chunk.size() > refuse_after) return false;
+        body.append(chunk);
+        return true;
+    }
+    unsigned status = 0;
+    std::string content_type, body;
+    int heads = 0;
+    std::size_t refuse_after = 0;
+};
+
+// Feeds `bytes` in pieces of `step`, as a socket might deliver them.
+bool feed(http1::ResponseParser& parser, std::string_view bytes, std::size_t step) {
+    std::string pending;
+    for (std::size_t i = 0; i < bytes.size(); i += step) {
+        pending.append(bytes.substr(i, step));
+        boost::system::error_code ec;
+        std::size_t used = parser.put(boost::asio::buffer(pending), ec);
+        pending.erase(0, used);
+        while (!ec && used != 0 && !pending.empty() && !parser.is_done()) {
+            used = parser.put(boost::asio::buffer(pending), ec);
+            pending.erase(0, used);
+        }
+        if (ec && ec != http::error::need_more) return false;
+        if (parser.is_done()) return true;
+    }
+    return parser.is_done();
+}
+
+TEST(Http1, RequestHeadHasEveryFieldOnce) {
+    RouterRequest r;
+    r.method = "POST";
+    r.target = "/execute";
+    r.headers = {{"X-Sandbox-ID", "sb"}, {"Content-Type", "application/json"}};
+    r.body = "{}";
+    EXPECT_EQ(http1::request_head(r, "/prefix", "router:8080", "tok"),
+              "POST /prefix/execute HTTP/1.1\r\nHost: router:8080\r\nUser-Agent: kubesandbox\r\n"
+              "Authorization: Bearer tok\r\nX-Sandbox-ID: sb\r\nContent-Type: application/json\r\n"
+              "Content-Length: 2\r\n\r\n");
+    RouterRequest get;
+    get.target = "/download/a%20b";
+    EXPECT_EQ(http1::request_head(get, "", "h", ""),
+              "GET /download/a%20b HTTP/1.1\r\nHost: h\r\nUser-Agent: kubesandbox\r\n\r\n");
+}
+
+TEST(Http1, LineBreaksNeverReachTheWire) {
+    RouterRequest r;
+    r.target = "/x";
+    r.headers = {{"X-Sandbox-ID", "a\r\nInjected: 1"}};
+    EXPECT_EQ(http1::request_head(r, "", "h", ""), "");
+    r.headers = {{"Bad:Name", "v"}};
+    EXPECT_EQ(http1::request_head(r, "", "h", ""), "");
+    r.headers.clear();
+    r.target = "/x HTTP/1.0\r\n";
+    EXPECT_EQ(http1::request_head(r, "", "h", ""), "");
+    r.target = "/x";
+    EXPECT_EQ(http1::request_head(r, "", "h", "t\nX: y"), "");
+}
+
+TEST(Http1, ParsesLengthAndChunkedBodiesInAnySplit) {
+    const std::string sized =
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\nhello world";
+    const std::string chunked =
+        "HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n\r\n"
+        "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+    for (std::size_t step : {std::size_t(1), std::size_t(3), std::size_t(7), std::size_t(4096)}) {
+        RecordingSink a;
+        http1::ResponseParser pa(a);
+        pa.eager(true);
+        ASSERT_TRUE(feed(pa, sized, step)) << step;
+        EXPECT_EQ(a.status, 200u);
+        EXPECT_EQ(a.content_type, "application/json");
+        EXPECT_EQ(a.body, "hello world");
+        EXPECT_EQ(a.heads, 1);
+        EXPECT_TRUE(pa.keep_alive());
+        RecordingSink b;
+        http1::ResponseParser pb(b);
+        pb.eager(true);
+        ASSERT_TRUE(feed(pb, chunked, step)) << step;
+        EXPECT_EQ(b.status, 201u);
+        EXPECT_EQ(b.body, "hello world");
+    }
+}
+
+TEST(Http1, ASinkThatRefusesStopsTheParse) {
+    RecordingSink sink;
+    sink.refuse_after = 4;
+    http1::ResponseParser parser(sink);
+    parser.eager(true);
+    EXPECT_FALSE(feed(parser, "HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world", 4096));
+    EXPECT_TRUE(parser.refused_by_sink());
+    RecordingSink other;
+    http1::ResponseParser garbage(other);
+    EXPECT_FALSE(feed(garbage, "SMTP ready\r\n\r\n", 4096));
+    EXPECT_FALSE(garbage.refused_by_sink());
+}
+
+}  // namespace
