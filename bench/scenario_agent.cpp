@@ -1,7 +1,8 @@
 // Scenario 8: agent-sandbox mode on the local cluster. Claim latency served warm and cold;
 // execute("true") through the router: wall and client CPU per call, next to a minimal keep-alive
 // HTTP client (blocking POSIX sockets, no parsing beyond the framing) sending the very request
-// RouterSandbox sends to the same router; client CPU for a 10 MB output.
+// RouterSandbox sends to the same router, and next to the same client written with Asio
+// coroutines (the floor of any client built on Asio); client CPU for a 10 MB output.
 #include "support.hpp"
 
 #include <kubesandbox/agent_sandbox_provider.hpp>
@@ -9,7 +10,12 @@
 
 #include "sandbox/runtime_protocol.hpp"
 
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <boost/url/parse.hpp>
@@ -106,6 +112,45 @@ public:
     std::string last_head;  // of the last response (or what failed), for messages
 };
 
+// The same client on Asio coroutines: what any Asio-based client pays at least (an epoll
+// reactor, a coroutine resumption per completion) on top of the blocking one.
+class AsioMinimalClient {
+public:
+    explicit AsioMinimalClient(asio::any_io_executor ex) : socket_(std::move(ex)) {}
+    asio::awaitable<bool> connect(const std::string& host, int port) {
+        asio::ip::tcp::endpoint to(asio::ip::make_address(host), static_cast<unsigned short>(port));
+        auto [ec] = co_await socket_.async_connect(to, asio::as_tuple(asio::use_awaitable));
+        if (!ec) socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+        co_return !ec;
+    }
+    asio::awaitable<bool> round_trip(const std::string& request) {
+        constexpr auto tuple = asio::as_tuple(asio::use_awaitable);
+        auto [wec, wn] = co_await asio::async_write(socket_, asio::buffer(request), tuple);
+        if (wec) co_return false;
+        head_.clear();
+        std::size_t header_end = std::string::npos, length = 0;
+        for (;;) {
+            auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buf_), tuple);
+            if (ec) co_return false;
+            head_.append(buf_, n);
+            if (header_end == std::string::npos) {
+                header_end = head_.find("\r\n\r\n");
+                if (header_end == std::string::npos) continue;
+                auto cl = head_.find("Content-Length: ");
+                if (cl == std::string::npos) cl = head_.find("content-length: ");
+                if (cl == std::string::npos || cl > header_end) co_return false;
+                length = std::stoull(head_.substr(cl + 16));
+            }
+            if (head_.size() - header_end - 4 >= length) co_return head_.compare(0, 12, "HTTP/1.1 200") == 0;
+        }
+    }
+
+private:
+    asio::ip::tcp::socket socket_;
+    std::string head_;
+    char buf_[65536];
+};
+
 std::string execute_request(const std::string& host_port, const std::string& token, const std::string& sandbox,
                             const std::string& body) {
     return "POST /execute HTTP/1.1\r\nHost: " + host_port + "\r\nAuthorization: Bearer " + token +
@@ -113,6 +158,13 @@ std::string execute_request(const std::string& host_port, const std::string& tok
            "\r\nX-Sandbox-Namespace: default\r\nX-Sandbox-Port: 8888\r\nX-Sandbox-Timeout: 1805"
            "\r\nContent-Type: application/json\r\nContent-Length: " +
            std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// A per-call CPU row in microseconds (milliseconds with two decimals hide the differences).
+Row in_micros(Row r) {
+    r.unit = "us";
+    for (double* v : {&r.median, &r.p99, &r.best, &r.mean}) *v *= 1000;
+    return r;
 }
 
 json::object warm_pool_body(int replicas) {
@@ -155,7 +207,7 @@ void scenario_agent_sandbox(asio::io_context& io, LocalCluster& cluster, const S
     cold_options.env = {{"BENCH", "cold"}};  // env cannot reach a warm pod: always cold
 
     const int n = std::max(2, sz.create_n / 2);
-    std::vector<double> warm, cold, exec_wall, exec_cpu, peer_wall, peer_cpu, plain_wall;
+    std::vector<double> warm, cold, exec_wall, exec_cpu, peer_wall, peer_cpu, plain_wall, asio_wall, asio_cpu;
     double big_cpu = 0, big_peer_cpu = 0;
     std::size_t big_bytes = 0;
     bool ok = run_on(
@@ -209,6 +261,11 @@ void scenario_agent_sandbox(asio::io_context& io, LocalCluster& cluster, const S
             const std::string plain =
                 execute_request(host_port, cluster.token(), sandbox_name, runtime_protocol::execute_body({"true"}));
             MinimalClient peer(host, port);
+            AsioMinimalClient asio_peer(io.get_executor());
+            if (!co_await asio_peer.connect(host, port) || !co_await asio_peer.round_trip(wrapped)) {
+                failures.push_back("scenario 8: the Asio minimal client's warm-up request failed");
+                co_return;
+            }
             auto warmup = co_await a->sandbox->execute("true");
             std::size_t body = 0;
             if (!warmup) {
@@ -235,6 +292,13 @@ void scenario_agent_sandbox(asio::io_context& io, LocalCluster& cluster, const S
                     if (!peer.round_trip(wrapped, body)) failures.push_back("scenario 8: peer request failed");
                     peer_wall.push_back(seconds_since(t0));
                     peer_cpu.push_back(thread_cpu() - c0);
+                }
+                for (int i = 0; i < calls / 4; ++i) {
+                    double c0 = thread_cpu();
+                    auto t0 = Clock::now();
+                    if (!co_await asio_peer.round_trip(wrapped)) failures.push_back("scenario 8: Asio peer failed");
+                    asio_wall.push_back(seconds_since(t0));
+                    asio_cpu.push_back(thread_cpu() - c0);
                 }
                 for (int i = 0; i < calls / 8; ++i) {
                     auto t0 = Clock::now();
@@ -276,13 +340,21 @@ void scenario_agent_sandbox(asio::io_context& io, LocalCluster& cluster, const S
     compare_to_peer(ours, peer, "minimal client");
     rows.push_back(ours);
     rows.push_back(peer);
+    rows.push_back(latency_row("8 execute(true) via router", "minimal Asio coroutine client, same request", asio_wall));
     rows.push_back(
         latency_row("8 execute(true) via router", "minimal client, unwrapped {\"command\":\"true\"}", plain_wall));
-    Row ours_cpu = latency_row("8 client CPU per execute(true)", "kubesandbox RouterSandbox", exec_cpu);
-    Row peer_cpu_row = latency_row("8 client CPU per execute(true)", "minimal keep-alive client", peer_cpu);
+    Row ours_cpu = in_micros(latency_row("8 client CPU per execute(true)", "kubesandbox RouterSandbox", exec_cpu));
+    Row peer_cpu_row = in_micros(latency_row("8 client CPU per execute(true)", "minimal keep-alive client", peer_cpu));
     compare_to_peer(ours_cpu, peer_cpu_row, "minimal client", true);
+    Row asio_cpu_row =
+        in_micros(latency_row("8 client CPU per execute(true)", "minimal Asio coroutine client", asio_cpu));
+    Row ours_vs_asio = ours_cpu;
+    ours_vs_asio.variant = "kubesandbox RouterSandbox (vs the Asio floor)";
+    compare_to_peer(ours_vs_asio, asio_cpu_row, "Asio minimal client", true);
     rows.push_back(ours_cpu);
     rows.push_back(peer_cpu_row);
+    rows.push_back(ours_vs_asio);
+    rows.push_back(asio_cpu_row);
     Row big_row = single_row("8 client CPU, 10 MB output", "kubesandbox (streamed JSON, base64 decoded)", "s", big_cpu);
     Row big_peer =
         single_row("8 client CPU, 10 MB output", "minimal client (bytes read, not parsed)", "s", big_peer_cpu);
