@@ -1,5 +1,6 @@
 #include "kube/exec_session.hpp"
 
+#include "kube/channel_websocket.hpp"
 #include "kube/client_impl.hpp"
 #include "proto/channel_protocol.hpp"
 #include "proto/exec_status.hpp"
@@ -28,9 +29,8 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 namespace {
 
 constexpr std::size_t max_stdin_message = 32 * 1024;
-constexpr const char* offered_protocols = "v5.channel.k8s.io, v4.channel.k8s.io";
 
-using WebSocket = websocket::stream<net::AnyStream>;
+using WebSocket = ChannelWebSocket;
 
 std::string exec_target(const ExecTarget& t) {
     ResourcePath p;
@@ -65,63 +65,16 @@ struct Session {
     bool v5 = false;
 };
 
-// Opens the WebSocket: connection, upgrade with auth and subprotocols, protocol check.
-asio::awaitable<Result<Session>> open_session(KubeClient::Impl& client, const ExecTarget& target) {
-    bool refreshed = false;
-    for (int attempt = 0;; ++attempt) {
-        auto auth = co_await client.authorization(refreshed);
-        if (!auth) co_return fail(auth.error());
-        auto stream = co_await client.connect();
-        if (!stream) {
-            // Nothing ran yet: one retry of a failed connect is always safe.
-            if (attempt == 0 && !stream.error().is(errc::invalid_config)) continue;
-            co_return fail(stream.error());
-        }
-        auto ws = std::make_unique<WebSocket>(std::move(*stream));
-        const std::string authorization = *auth;
-        const std::string user_agent = client.options.user_agent;
-        ws->set_option(websocket::stream_base::decorator([authorization, user_agent](websocket::request_type& req) {
-            if (!authorization.empty()) req.set(http::field::authorization, authorization);
-            req.set(http::field::sec_websocket_protocol, offered_protocols);
-            req.set(http::field::user_agent, user_agent);
-        }));
-        websocket::stream_base::timeout timeouts{};
-        timeouts.handshake_timeout = client.options.request_timeout;
-        timeouts.idle_timeout = std::chrono::seconds(60);  // pings every 30 s keep it alive
-        timeouts.keep_alive_pings = true;
-        ws->set_option(timeouts);
-        ws->binary(true);
-        ws->auto_fragment(false);  // the API server treats every frame as a message
-        ws->read_message_max(64 * 1024 * 1024);
+// Built outside the coroutine: g++ 12 rejects braced lists of literals in coroutine calls.
+std::vector<std::string> exec_protocols() { return {"v5.channel.k8s.io", "v4.channel.k8s.io"}; }
 
-        websocket::response_type res;
-        const std::string target_path = client.full_target(exec_target(target));
-        auto [ec] = co_await ws->async_handshake(res, client.host_header(), target_path, use_tuple);
-        if (ec == websocket::error::upgrade_declined || (!ec && res.result_int() != 101)) {
-            ws->next_layer().close();
-            if (res.result_int() == 401 && !refreshed && client.can_refresh_credentials()) {
-                refreshed = true;
-                continue;
-            }
-            co_return fail(proto::error_from_response(res.result_int(), std::string(res[http::field::content_type]),
-                                                      res.body(), std::string(res[http::field::retry_after])));
-        }
-        if (ec) {
-            ws->next_layer().close();
-            co_return fail(make_error(ec, "exec WebSocket handshake failed: " + ec.message()));
-        }
-        const auto chosen = res[http::field::sec_websocket_protocol];
-        if (chosen != "v5.channel.k8s.io" && chosen != "v4.channel.k8s.io") {
-            ws->next_layer().close();
-            co_return fail(errc::invalid_response,
-                           "the server accepted the exec upgrade without a subprotocol we offered (got \"" +
-                               std::string(chosen) + "\")");
-        }
-        Session s;
-        s.v5 = chosen == "v5.channel.k8s.io";
-        s.ws = std::move(ws);
-        co_return s;
-    }
+asio::awaitable<Result<Session>> open_session(KubeClient::Impl& client, const ExecTarget& target) {
+    auto opened = co_await open_channel_websocket(client, exec_target(target), exec_protocols());
+    if (!opened) co_return fail(opened.error());
+    Session s;
+    s.v5 = opened->protocol == "v5.channel.k8s.io";
+    s.ws = std::move(opened->ws);
+    co_return s;
 }
 
 struct ReadResult {

@@ -259,9 +259,10 @@ asio::awaitable<void> check_corpus(Sandbox& sandbox) {
 
 TEST_P(FileOpsTest, GoldenCorpusGivesTheSameResultsOnEveryImage) {
     const std::string image = GetParam();
-    if (image == "busybox-runtime") {
-        // agent-sandbox's data plane: the runtime's HTTP API through the router, its base directory
-        // the corpus's /workspace (so files move through /upload and /download where they can).
+    if (image == "busybox-runtime" || image == "busybox-runtime+tunnel") {
+        // agent-sandbox's data plane: the runtime's HTTP API through the router (or tunnelled through
+        // the API server's port-forward straight to the runtime), its base directory the corpus's
+        // /workspace (so files move through /upload and /download where they can).
         run(
             [&]() -> asio::awaitable<void> {
                 auto kube = client();
@@ -272,7 +273,19 @@ TEST_P(FileOpsTest, GoldenCorpusGivesTheSameResultsOnEveryImage) {
                 RouterSandboxOptions options;
                 options.sandbox_name = "files-router";
                 options.base_dir = "/workspace";
-                RouterSandbox sandbox(test::local_router(*cluster_, io_.get_executor()), options);
+                std::shared_ptr<RouterConnection> connection;
+                if (image == "busybox-runtime") {
+                    connection = test::local_router(*cluster_, io_.get_executor());
+                } else {
+                    TunnelConnectionOptions tunnel;
+                    tunnel.pod = "files-router";
+                    tunnel.port = 8888;
+                    auto made = make_tunnel_connection(kube, tunnel);
+                    EXPECT_TRUE(made) << (made ? "" : made.error().describe());
+                    if (!made) co_return;
+                    connection = *made;
+                }
+                RouterSandbox sandbox(connection, options);
                 co_await check_corpus(sandbox);
                 ResourcePath pod{"", "v1", "pods", "default", "files-router"};
                 co_await kube.remove(pod);
@@ -292,10 +305,14 @@ TEST_P(FileOpsTest, GoldenCorpusGivesTheSameResultsOnEveryImage) {
         240s);
 }
 
-INSTANTIATE_TEST_SUITE_P(Images, FileOpsTest, ::testing::Values("busybox", "debian:12", "busybox-runtime"),
+INSTANTIATE_TEST_SUITE_P(Images, FileOpsTest,
+                         ::testing::Values("busybox", "debian:12", "busybox-runtime", "busybox-runtime+tunnel"),
                          [](const auto& info) {
                              std::string p = info.param;
-                             return p == "busybox" ? "busybox" : p == "debian:12" ? "debian" : "agent_sandbox_router";
+                             return p == "busybox"           ? "busybox"
+                                    : p == "debian:12"       ? "debian"
+                                    : p == "busybox-runtime" ? "agent_sandbox_router"
+                                                             : "agent_sandbox_tunnel";
                          });
 
 }  // namespace

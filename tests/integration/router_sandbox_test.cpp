@@ -5,6 +5,8 @@
 #include "../support/local_cluster_fixture.hpp"
 #include "../support/runtime_pod.hpp"
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
 #include <gtest/gtest.h>
@@ -252,6 +254,71 @@ TEST_F(RouterSandboxTest, RouterRestartedMidCommandIsAnErrorAndNothingRunsTwice)
         EXPECT_GE(std::chrono::steady_clock::now() - begun, 400ms);
         cluster_->set_router_delay(0ms);
         co_await remove("rt-restart");
+    });
+}
+
+TEST_F(RouterSandboxTest, ATunnelThroughTheApiServerCarriesEverything) {
+    options_.max_file_bytes = 3 * 1024 * 1024;
+    run([&]() -> asio::awaitable<void> {
+        auto kube = client();
+        auto created = co_await test::create_runtime_pod(kube, "default", "rt-tunnel", "busybox-runtime", "/app");
+        EXPECT_TRUE(created) << created.error().describe();
+        if (!created) co_return;
+        // Straight to the runtime's port in the pod: only the API server is reached.
+        TunnelConnectionOptions tunnel;
+        tunnel.pod = "rt-tunnel";
+        tunnel.port = 8888;
+        tunnel.max_connections = 16;
+        auto connection = make_tunnel_connection(kube, tunnel);
+        EXPECT_TRUE(connection) << connection.error().describe();
+        if (!connection) co_return;
+        EXPECT_EQ((*connection)->describe(), "tunnel to default/rt-tunnel:8888");
+        RouterSandboxOptions options = options_;
+        options.sandbox_name = "rt-tunnel";
+        auto sb = std::make_shared<RouterSandbox>(*connection, options);
+        auto r = co_await sb->execute("printf 'a\\377b'; echo err >&2; exit 4");
+        EXPECT_TRUE(r &&
+                    r->output ==
+                        "a\xff"
+                        "b\nerr\n" &&
+                    r->exit_code == 4)
+            << (r ? r->output : r.error().describe());
+        std::string big(2 * 1024 * 1024 + 3, 'x');
+        for (std::size_t i = 0; i < big.size(); i += 991) big[i] = static_cast<char>(i % 253);
+        std::vector<std::pair<std::string, std::string>> files{{"/app/big.bin", big}, {"/tmp/t/small.bin", "small"}};
+        auto up = co_await sb->upload_files(files);
+        EXPECT_TRUE(up && up->size() == 2 && !(*up)[0].error && !(*up)[1].error);
+        std::vector<std::string> paths{"/app/big.bin", "/tmp/t/small.bin"};
+        auto down = co_await sb->download_files(paths);
+        EXPECT_TRUE(down && down->size() == 2 && (*down)[0].content == big && (*down)[1].content == "small");
+        // Many at once: each pooled connection is its own WebSocket.
+        constexpr int n = 48;
+        auto right = std::make_shared<int>(0);
+        auto finished = std::make_shared<int>(0);
+        for (int i = 0; i < n; ++i) {
+            asio::co_spawn(
+                io_,
+                [sb, i, right, finished]() -> asio::awaitable<void> {
+                    auto one = co_await sb->execute("echo " + std::to_string(i));
+                    if (one && one->output == std::to_string(i) + "\n") ++*right;
+                    ++*finished;
+                },
+                asio::detached);
+        }
+        for (int waited = 0; *finished < n && waited < 600; ++waited) co_await test::sleep_for(50ms);
+        EXPECT_EQ(*right, n);
+        // The pod goes away: a typed error, not a hang.
+        ResourcePath pod{"", "v1", "pods", "default", "rt-tunnel"};
+        co_await kube.remove(pod);
+        for (int waited = 0; waited < 200; ++waited) {
+            auto gone = co_await kube.get(pod);
+            if (!gone && gone.error().code == errc::not_found) break;
+            co_await test::sleep_for(50ms);
+        }
+        auto after = co_await sb->execute("true", 10s);
+        EXPECT_TRUE(!after &&
+                    (after.error().code == errc::connection_failed || after.error().code == errc::connection_closed))
+            << (after ? after->output : after.error().describe());
     });
 }
 

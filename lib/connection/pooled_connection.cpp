@@ -1,0 +1,159 @@
+// The pooled HTTP/1.1 router connection (see pooled_connection.hpp).
+#include "connection/pooled_connection.hpp"
+#include "connection/http1.hpp"
+#include "net/connection_pool.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/http/error.hpp>
+
+#include <array>
+
+namespace kubesandbox {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+
+class PooledRouterConnection final : public RouterConnection, public RouterConnection::Impl {
+public:
+    PooledRouterConnection(asio::any_io_executor executor, PooledConnectionSettings settings, StreamOpener open)
+        : executor_(std::move(executor)),
+          settings_(std::move(settings)),
+          open_(std::move(open)),
+          pool_(executor_, settings_.max_connections, settings_.max_idle) {}
+
+    std::string describe() const override { return settings_.description; }
+    RouterConnection::Impl& impl() override { return *this; }
+
+    asio::awaitable<Result<unsigned>> send(RouterRequest request, steady_clock::time_point deadline,
+                                           ResponseSink& sink) override {
+        const std::string head = http1::request_head(request, settings_.prefix, settings_.host, settings_.token);
+        if (head.empty())
+            co_return fail(errc::invalid_argument, "a request to the router " + settings_.description +
+                                                       " has a line break or space where none may be");
+        auto slot = co_await pool_.acquire(deadline);
+        if (!slot)
+            co_return fail(errc::timeout, "no free connection to the router " + settings_.description + " in time");
+        const std::string what = request.method + " " + settings_.description + request.target;
+        // Past the deadline the stream closes itself, so any failure then is a timeout.
+        auto transport_error = [&](const boost::system::error_code& ec, const std::string& when) {
+            if (steady_clock::now() >= deadline) return make_error(errc::timeout, what + ": timed out");
+            return make_error(errc::connection_closed, what + when + ": " + ec.message());
+        };
+
+        for (int attempt = 0;; ++attempt) {
+            auto idle = pool_.take_idle();
+            const bool reused = idle.has_value();
+            net::PooledConnection conn;
+            if (idle) {
+                conn = std::move(*idle);
+            } else {
+                auto connected = co_await open_(deadline);
+                if (!connected) {
+                    Error e = connected.error();
+                    if (!e.is(errc::timeout))
+                        e = make_error(errc::connection_failed,
+                                       "cannot connect to the router " + settings_.description + ": " + e.message);
+                    co_return fail(std::move(e));
+                }
+                conn.stream = std::move(*connected);
+            }
+            auto left = deadline - steady_clock::now();
+            if (left <= steady_clock::duration::zero()) co_return fail(errc::timeout, what + ": timed out");
+            conn.stream.expires_after(left);
+            // Head and body in one gather write: one syscall, and one segment when they fit.
+            const std::array<asio::const_buffer, 2> out{asio::buffer(head), asio::buffer(request.body)};
+            auto [wec, wn] = co_await asio::async_write(conn.stream, out, tuple_awaitable);
+            if (wec) {
+                conn.stream.close();
+                // A failed write on a reused connection: the server closed it while idle.
+                if (reused && attempt == 0 && steady_clock::now() < deadline) continue;
+                co_return fail(transport_error(wec, ""));
+            }
+            auto received = co_await receive(conn, request.method == "HEAD", sink);
+            if (!received) {
+                conn.stream.close();
+                if (received.error().kind == Received::refused)
+                    co_return fail(errc::cancelled, what + ": response refused by the reader");
+                if (received.error().kind == Received::garbled)
+                    co_return fail(errc::invalid_response, what + ": the router's response is not valid HTTP");
+                // Nothing came back on a reused connection: stale, unless the request was unsafe to repeat.
+                if (received.error().kind == Received::nothing && reused && attempt == 0 && request.replay_safe &&
+                    steady_clock::now() < deadline)
+                    continue;
+                co_return fail(transport_error(
+                    received.error().ec, received.error().kind == Received::nothing ? "" : " (response cut short)"));
+            }
+            if (received->keep_alive) {
+                pool_.give_back(std::move(conn));
+            } else {
+                conn.stream.close();
+            }
+            co_return received->status;
+        }
+    }
+
+private:
+    struct Response {
+        unsigned status = 0;
+        bool keep_alive = false;
+    };
+    enum class Received { nothing, cut_short, garbled, refused };
+    struct Failure {
+        Received kind;
+        boost::system::error_code ec{};
+    };
+
+    // Reads one response, the body straight from the connection's buffer into the sink.
+    asio::awaitable<tl::expected<Response, Failure>> receive(net::PooledConnection& conn, bool head_only,
+                                                             ResponseSink& sink) {
+        http1::ResponseParser parser(sink);
+        parser.eager(true);
+        parser.body_limit(boost::none);
+        parser.header_limit(64 * 1024);
+        if (head_only) parser.skip(true);
+        for (;;) {
+            if (conn.buffer.size() != 0) {
+                boost::system::error_code ec;
+                std::size_t used = parser.put(conn.buffer.data(), ec);
+                conn.buffer.consume(used);
+                if (parser.refused_by_sink()) co_return tl::unexpected(Failure{Received::refused});
+                if (ec && ec != http::error::need_more) co_return tl::unexpected(Failure{Received::garbled});
+                if (parser.is_done()) co_return Response{parser.status(), parser.keep_alive()};
+                if (!ec && used != 0) continue;
+            }
+            auto [ec, n] = co_await conn.stream.async_read_some(conn.buffer.prepare(64 * 1024), tuple_awaitable);
+            conn.buffer.commit(n);
+            if (!ec) continue;
+            if (ec == asio::error::eof && parser.got_some() && parser.need_eof()) {
+                boost::system::error_code eof_ec;
+                parser.put_eof(eof_ec);  // a body that ends with the connection
+                if (!eof_ec) co_return Response{parser.status(), false};
+            }
+            co_return tl::unexpected(Failure{parser.got_some() ? Received::cut_short : Received::nothing, ec});
+        }
+    }
+
+    asio::any_io_executor executor_;
+    PooledConnectionSettings settings_;
+    StreamOpener open_;
+    net::ConnectionPool pool_;
+};
+
+}  // namespace
+
+std::shared_ptr<RouterConnection> make_pooled_router_connection(asio::any_io_executor executor,
+                                                                PooledConnectionSettings settings, StreamOpener open) {
+    return std::make_shared<PooledRouterConnection>(std::move(executor), std::move(settings), std::move(open));
+}
+
+}  // namespace kubesandbox

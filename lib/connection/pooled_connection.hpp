@@ -1,0 +1,35 @@
+// A RouterConnection speaking HTTP/1.1 over a keep-alive pool of streams, whatever opens them:
+// TCP/TLS to a URL (direct), a port-forward through the API server (tunnel). Internal.
+#pragma once
+
+#include "connection/router_connection.hpp"
+#include "net/any_stream.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace kubesandbox {
+
+// Opens one stream to the router, by the deadline. Its errors are reported as they are when
+// they are timeouts, else as errc::connection_failed.
+using StreamOpener =
+    std::function<boost::asio::awaitable<Result<net::AnyStream>>(std::chrono::steady_clock::time_point deadline)>;
+
+struct PooledConnectionSettings {
+    std::string description{};  // in messages: a URL or "tunnel to ns/pod:port", never a token
+    std::string token{};        // "Authorization: Bearer"; empty = none
+    std::string prefix{};       // path prefix of every target
+    std::string host{};         // the Host header
+    std::size_t max_connections{64};
+    std::chrono::milliseconds max_idle{std::chrono::seconds(4)};
+};
+
+std::shared_ptr<RouterConnection> make_pooled_router_connection(boost::asio::any_io_executor executor,
+                                                                PooledConnectionSettings settings, StreamOpener open);
+
+}  // namespace kubesandbox
