@@ -2,6 +2,7 @@
 // cleanup, pool, and the file commands of file_commands.hpp). Arguments go to the sandbox as argv
 // or script arguments, never through a local shell.
 // Exit codes: 0 ok, 1 error (typed error named on stderr), 2 usage; `exec` returns the command's.
+#include "agent_connection.hpp"
 #include "file_commands.hpp"
 
 #include <kubesandbox/agent_sandbox_provider.hpp>
@@ -72,6 +73,10 @@ constexpr const char* usage_text =
     "                          URL kubesandbox-local wrote beside its kubeconfig as <kubeconfig>.router)\n"
     "  --router-token TOKEN    agent-sandbox: bearer token for the router (default\n"
     "                          $KUBESANDBOX_ROUTER_TOKEN, then the .router file)\n"
+    "  --connection direct|tunnel\n"
+    "                          agent-sandbox: through the router (direct, default), or through a\n"
+    "                          port-forward to each sandbox's pod via the API server (tunnel: no\n"
+    "                          router, nothing but the API server needs to be reachable)\n"
     "\n"
     "Global options:\n"
     "  --kubeconfig PATH       kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)\n"
@@ -103,7 +108,7 @@ struct Args {
     RawProviderOptions config;
     std::string mode{"raw"};
     AgentSandboxProviderOptions agent;
-    std::string router_url, router_token;
+    std::string router_url, router_token, connection{"direct"};
     std::string command;
     std::vector<std::string> rest;  // positional arguments of the command
     // command options
@@ -162,6 +167,7 @@ Args parse(int argc, char** argv) {
         else if (flag == "--template") a.agent.template_name = value();
         else if (flag == "--router-url") a.router_url = value();
         else if (flag == "--router-token") a.router_token = value();
+        else if (flag == "--connection") a.connection = value();
         else if (flag == "--warm-pool-size")
             a.config.warm_pool_size = static_cast<int>(parse_number("--warm-pool-size", value()));
         else if (s == "--namespace-per-sandbox") a.config.namespace_per_sandbox = true;
@@ -574,46 +580,10 @@ int main(int argc, char** argv) {
     std::shared_ptr<SandboxProvider> provider;
     ModeInfo mode{a.config.startup_timeout, a.config.default_exec_timeout, a.config.max_output_bytes};
     if (a.mode == "agent-sandbox") {
-        // The router: flags, then the environment, then what kubesandbox-local wrote.
-        std::string url = a.router_url, token = a.router_token;
-        if (url.empty()) {
-            if (const char* e = std::getenv("KUBESANDBOX_ROUTER_URL"); e && *e) url = e;
-        }
-        if (token.empty()) {
-            if (const char* e = std::getenv("KUBESANDBOX_ROUTER_TOKEN"); e && *e) token = e;
-        }
-        if (cluster) {
-            if (url.empty()) url = cluster->router_url();
-            if (token.empty()) token = cluster->token();
-        } else if (url.empty() || token.empty()) {
-            std::string kubeconfig = a.kubeconfig;
-            if (kubeconfig.empty()) {
-                if (const char* e = std::getenv("KUBECONFIG"); e && *e)
-                    kubeconfig = std::string(e).substr(0, std::string(e).find(':'));
-            }
-            if (auto written = cli::read_local_file(kubeconfig + ".router")) {
-                boost::system::error_code ec;
-                auto v = json::parse(*written, ec);
-                if (!ec && v.is_object()) {
-                    auto* u = v.get_object().if_contains("url");
-                    auto* t = v.get_object().if_contains("token");
-                    if (url.empty() && u && u->is_string()) url = std::string(u->get_string());
-                    if (token.empty() && t && t->is_string()) token = std::string(t->get_string());
-                }
-            }
-        }
-        if (url.empty()) {
-            std::cerr << "kubesandbox: error: agent-sandbox mode needs the router's URL (--router-url, "
-                         "$KUBESANDBOX_ROUTER_URL, or a kubesandbox-local kubeconfig)\n";
-            return 2;
-        }
-        DirectConnectionOptions direct;
-        direct.url = url;
-        direct.token = token;
-        auto connection = make_direct_connection(ioc.get_executor(), direct);
-        if (!connection) return report(connection.error());
+        cli::AgentConnectionFlags flags{a.connection, a.router_url, a.router_token, a.kubeconfig};
+        if (auto chosen = cli::choose_agent_connection(flags, cluster.get(), ioc.get_executor(), a.agent); !chosen)
+            return report(chosen.error());
         a.agent.namespace_name = a.config.namespace_name;
-        a.agent.connection = *connection;
         a.agent.ready_timeout = a.config.startup_timeout;
         mode = ModeInfo{a.agent.ready_timeout, a.agent.default_exec_timeout, a.agent.max_output_bytes};
         provider = std::make_shared<AgentSandboxProvider>(KubeClient(ioc.get_executor(), kc), a.agent);

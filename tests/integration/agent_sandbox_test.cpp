@@ -28,7 +28,7 @@ protected:
     }
 
     std::shared_ptr<AgentSandboxProvider> provider(AgentSandboxProviderOptions options) {
-        options.connection = test::local_router(*cluster_, io_.get_executor());
+        if (!options.tunnel_to_pods) options.connection = test::local_router(*cluster_, io_.get_executor());
         options.ready_timeout = 60s;
         return std::make_shared<AgentSandboxProvider>(client(), std::move(options));
     }
@@ -76,6 +76,16 @@ TEST_F(AgentSandboxTest, ClaimsAreServedWarmThenColdAndReconnected) {
         EXPECT_TRUE(by_id) << (by_id ? "" : by_id.error().describe());
         auto info = co_await p->describe("conversation-1");
         EXPECT_TRUE(info && info->status == "running" && info->id == "conversation-1" && !info->pod_name.empty());
+        // No router at all: the same sandbox through a port-forward tunnel to its pod.
+        auto without_router = busybox();
+        without_router.tunnel_to_pods = true;
+        auto tunnelled = provider(without_router);
+        auto t = co_await tunnelled->reconnect("conversation-1");
+        EXPECT_TRUE(t) << (t ? "" : t.error().describe());
+        if (t) {
+            auto tr = co_await (*t)->execute("echo via tunnel; id -u");
+            EXPECT_TRUE(tr && tr->output == "via tunnel\n1000\n") << (tr ? tr->output : tr.error().describe());
+        }
 
         // env cannot reach a warm pod: the controller starts this one cold, named like the claim.
         auto with_env = busybox();

@@ -137,6 +137,16 @@ OUT=$(A --json exec "agent/1" -- printf 'a\377'); rc=$?
 if [[ $rc == 0 ]] && /usr/bin/python3 -c 'import json,sys,base64; d=json.loads(sys.argv[1]); assert base64.b64decode(d["output_base64"]) == b"a\xff", d' "$OUT"; then
     pass "--json output that is not UTF-8 stays valid JSON, exact bytes in base64"
 else fail "--json non-UTF-8 (rc $rc '$OUT')"; fi
+# --connection tunnel: no router, a port-forward to the sandbox's pod through the API server
+OUT=$(A --connection tunnel exec "agent/1" -- sh -c 'echo tunnelled; cat /app/dir/in.txt'); rc=$?
+[[ $rc == 0 && $OUT == $'tunnelled\nline' ]] && pass "agent-sandbox exec over a port-forward tunnel" \
+    || fail "agent-sandbox exec over a tunnel (rc $rc out '$OUT')"
+A --connection tunnel cp "$TMP/in.txt" "agent/1:/app/t.txt" && A cp "agent/1:/app/t.txt" "$TMP/back2.txt" \
+    && cmp -s "$TMP/in.txt" "$TMP/back2.txt" && pass "agent-sandbox cp over a tunnel" || fail "agent-sandbox cp over a tunnel"
+A --connection pigeon list >/dev/null 2>"$TMP/conn.err"; rc=$?
+ERR=$(cat "$TMP/conn.err")
+[[ $rc == 1 && $ERR == *"direct or tunnel"* ]] && pass "an unknown --connection is refused" \
+    || fail "unknown --connection (rc $rc '$ERR')"
 # (output captured first: grep -q ending a pipe early would fail it under pipefail)
 OUT=$(A list); [[ $OUT == *$'\n'"agent/1 "* ]] && pass "agent-sandbox list" || fail "agent-sandbox list: $OUT"
 OUT=$(A pool); [[ $OUT == *$'\n'"target 1"* ]] && pass "agent-sandbox pool" || fail "agent-sandbox pool: $OUT"

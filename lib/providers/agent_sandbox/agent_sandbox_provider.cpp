@@ -123,8 +123,18 @@ std::unique_ptr<Sandbox> make_sandbox(const StatePtr& st, const std::string& cla
     r.on_activity = [weak, claim] {
         if (auto s = weak.lock()) record_claim_activity(s, claim);
     };
-    if (o.runtime) return o.runtime(o.connection, std::move(r));
-    return std::make_unique<RouterSandbox>(o.connection, std::move(r));
+    std::shared_ptr<RouterConnection> connection = o.connection;
+    if (o.tunnel_to_pods) {
+        TunnelConnectionOptions tunnel;
+        tunnel.namespace_name = o.namespace_name;
+        tunnel.pod = state.sandbox_name;
+        tunnel.port = o.runtime_port;
+        tunnel.max_connections = 8;
+        auto made = make_tunnel_connection(st->client, tunnel);
+        if (made) connection = *made;  // only fails without a pod or port, both set here
+    }
+    if (o.runtime) return o.runtime(connection, std::move(r));
+    return std::make_unique<RouterSandbox>(connection, std::move(r));
 }
 
 // Waits with one watch (re-established from the last resourceVersion, from scratch after 410)
@@ -206,7 +216,8 @@ std::string AgentSandboxProvider::claim_name_for(const std::string& id) { return
 asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOptions request) {
     StatePtr st = state_;
     const auto& o = st->options;
-    if (!o.connection) co_return fail(errc::invalid_config, "agent-sandbox mode needs a router connection");
+    if (!o.connection && !o.tunnel_to_pods)
+        co_return fail(errc::invalid_config, "agent-sandbox mode needs a router connection (or tunnel_to_pods)");
     const bool random = !request.sandbox_id;
     std::string claim = random ? raw::random_pod_name() : std::string();
     if (!random) {
