@@ -208,6 +208,7 @@ void scenario_agent_sandbox(asio::io_context& io, LocalCluster& cluster, const S
 
     const int n = std::max(2, sz.create_n / 2);
     std::vector<double> warm, cold, exec_wall, exec_cpu, peer_wall, peer_cpu, plain_wall, asio_wall, asio_cpu;
+    std::vector<double> tunnel_wall, tunnel_cpu, tunnel_setup;
     double big_cpu = 0, big_peer_cpu = 0;
     std::size_t big_bytes = 0;
     bool ok = run_on(
@@ -276,6 +277,29 @@ void scenario_agent_sandbox(asio::io_context& io, LocalCluster& cluster, const S
                 failures.push_back("scenario 8: the minimal client's warm-up request failed: " + peer.last_head);
                 co_return;
             }
+            // The same sandbox through the API server: a port-forward tunnel to its pod's runtime
+            // (the Sandbox's pod carries its name). Set-up = the first call on a fresh connection.
+            TunnelConnectionOptions tunnel_options;
+            tunnel_options.pod = sandbox_name;
+            tunnel_options.port = 8888;
+            auto tunnel = make_tunnel_connection(kube, tunnel_options);
+            if (!tunnel) {
+                failures.push_back("scenario 8: tunnel: " + tunnel.error().describe());
+                co_return;
+            }
+            RouterSandbox tunnelled(*tunnel, routed->options());
+            for (int i = 0; i < 3; ++i) {
+                auto fresh = make_tunnel_connection(kube, tunnel_options);
+                RouterSandbox once(*fresh, routed->options());
+                auto t0 = Clock::now();
+                auto r = co_await once.execute("true");
+                tunnel_setup.push_back(seconds_since(t0));
+                if (!r || r->exit_code != 0) failures.push_back("scenario 8: first execute over a tunnel failed");
+            }
+            if (auto w = co_await tunnelled.execute("true"); !w) {
+                failures.push_back("scenario 8: tunnel warm-up: " + w.error().describe());
+                co_return;
+            }
             const int calls = std::max(10, sz.exec_n * 2);
             for (int block = 0; block < 4; ++block) {
                 for (int i = 0; i < calls / 4; ++i) {
@@ -292,6 +316,14 @@ void scenario_agent_sandbox(asio::io_context& io, LocalCluster& cluster, const S
                     if (!peer.round_trip(wrapped, body)) failures.push_back("scenario 8: peer request failed");
                     peer_wall.push_back(seconds_since(t0));
                     peer_cpu.push_back(thread_cpu() - c0);
+                }
+                for (int i = 0; i < calls / 4; ++i) {
+                    double c0 = thread_cpu();
+                    auto t0 = Clock::now();
+                    auto r = co_await tunnelled.execute("true");
+                    tunnel_wall.push_back(seconds_since(t0));
+                    tunnel_cpu.push_back(thread_cpu() - c0);
+                    if (!r || r->exit_code != 0) failures.push_back("scenario 8: execute(true) over the tunnel failed");
                 }
                 for (int i = 0; i < calls / 4; ++i) {
                     double c0 = thread_cpu();
@@ -341,6 +373,19 @@ void scenario_agent_sandbox(asio::io_context& io, LocalCluster& cluster, const S
     rows.push_back(ours);
     rows.push_back(peer);
     rows.push_back(latency_row("8 execute(true) via router", "minimal Asio coroutine client, same request", asio_wall));
+    Row direct_row = ours;
+    direct_row.scenario = "8 execute(true), tunnel vs direct";
+    direct_row.variant = "direct (router URL)";
+    direct_row.versus.clear();
+    Row tunnel_row =
+        latency_row("8 execute(true), tunnel vs direct", "tunnel (pods/portforward WebSocket)", tunnel_wall);
+    compare_to_peer(tunnel_row, direct_row, "direct");
+    rows.push_back(tunnel_row);
+    rows.push_back(direct_row);
+    rows.push_back(
+        in_micros(latency_row("8 execute(true), tunnel vs direct", "client CPU per call over the tunnel", tunnel_cpu)));
+    rows.push_back(latency_row("8 execute(true), tunnel vs direct", "first call on a new tunnel (WebSocket set-up)",
+                               tunnel_setup));
     rows.push_back(
         latency_row("8 execute(true) via router", "minimal client, unwrapped {\"command\":\"true\"}", plain_wall));
     Row ours_cpu = in_micros(latency_row("8 client CPU per execute(true)", "kubesandbox RouterSandbox", exec_cpu));
