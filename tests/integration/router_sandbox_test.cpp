@@ -322,6 +322,58 @@ TEST_F(RouterSandboxTest, ATunnelThroughTheApiServerCarriesEverything) {
     });
 }
 
+TEST_F(RouterSandboxTest, TunnelCutMidResponseIsAnErrorAndFiveHundredCallsShareOneTunnel) {
+    run(
+        [&]() -> asio::awaitable<void> {
+            auto kube = client();
+            auto created =
+                co_await test::create_runtime_pod(kube, "default", "rt-tunnel-chaos", "busybox-runtime", "/app");
+            EXPECT_TRUE(created) << (created ? "" : created.error().describe());
+            if (!created) co_return;
+            TunnelConnectionOptions tunnel;
+            tunnel.pod = "rt-tunnel-chaos";
+            tunnel.port = 8888;
+            auto connection = make_tunnel_connection(kube, tunnel);
+            EXPECT_TRUE(connection);
+            if (!connection) co_return;
+            RouterSandboxOptions options = options_;
+            options.sandbox_name = "rt-tunnel-chaos";
+            options.max_output_bytes = 4 * 1024 * 1024;
+            auto sb = std::make_shared<RouterSandbox>(*connection, options);
+            // The next tunnel opened is cut by the API server after 4 KiB of a 1 MiB response: the
+            // call fails as cut short, and the command is not sent again.
+            FaultRule cut;
+            cut.path_contains = "/portforward";
+            cut.action = FaultRule::Action::drop_mid_stream;
+            cut.drop_after_bytes = 4096;
+            cluster_->add_fault(cut);
+            auto r = co_await sb->execute("echo once >> /app/count; head -c 1000000 /dev/zero | tr '\\0' a");
+            EXPECT_TRUE(!r && r.error().code == errc::connection_closed) << (r ? "ran" : r.error().describe());
+            cluster_->clear_faults();
+            r = co_await sb->execute("cat /app/count");
+            EXPECT_TRUE(r && r->output == "once\n") << (r ? r->output : r.error().describe());
+            // 500 calls at once over one tunnel connection (its pool of WebSockets).
+            constexpr int n = 500;
+            auto right = std::make_shared<int>(0);
+            auto finished = std::make_shared<int>(0);
+            for (int i = 0; i < n; ++i) {
+                asio::co_spawn(
+                    io_,
+                    [sb, i, right, finished]() -> asio::awaitable<void> {
+                        auto one = co_await sb->execute("echo " + std::to_string(i));
+                        if (one && one->output == std::to_string(i) + "\n") ++*right;
+                        ++*finished;
+                    },
+                    asio::detached);
+            }
+            for (int waited = 0; *finished < n && waited < 2400; ++waited) co_await test::sleep_for(50ms);
+            EXPECT_EQ(*right, n);
+            ResourcePath pod{"", "v1", "pods", "default", "rt-tunnel-chaos"};
+            co_await kube.remove(pod);
+        },
+        180s);
+}
+
 TEST_F(RouterSandboxTest, ManyConcurrentExecutesShareThePool) {
     run([&]() -> asio::awaitable<void> {
         auto sb = co_await sandbox("rt-many");
