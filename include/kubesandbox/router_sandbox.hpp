@@ -49,8 +49,11 @@ class KubeClient;
 struct TunnelConnectionOptions {
     std::string namespace_name{"default"};
     std::string pod{};         // the router's pod (or a sandbox's, to reach its runtime directly)
-    std::uint16_t port{8080};  // the port in that pod
-    std::string token{};       // sent as "Authorization: Bearer"; empty = none
+    std::uint16_t port{8080};  // the port in that pod, or the service's port
+    // Instead of `pod`: the router's Service. Each new connection goes to a ready endpoint of its
+    // EndpointSlices (in turn), resolved again, so a replaced router pod is found.
+    std::string service{};
+    std::string token{};  // sent as "Authorization: Bearer"; empty = none
     std::size_t max_connections{64};
     std::chrono::milliseconds max_idle{std::chrono::seconds(4)};
 };
@@ -58,7 +61,7 @@ struct TunnelConnectionOptions {
 // A connection through the API server: each pooled HTTP connection is a port-forward WebSocket
 // (pods/portforward, v4.channel.k8s.io) opened with `client`'s credentials, so nothing but the
 // API server needs to be reachable, and no kubectl or local port is used. errc::invalid_config
-// without a pod or port. Must be destroyed before the client's io_context.
+// without exactly one of pod and service, or without a port. Must be destroyed before the client's io_context.
 Result<std::shared_ptr<RouterConnection>> make_tunnel_connection(KubeClient& client, TunnelConnectionOptions options);
 
 struct RouterSandboxOptions {

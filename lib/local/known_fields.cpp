@@ -168,6 +168,7 @@ private:
         kinds_["limitranges"] = top(meta, {}, {{"spec", object({}, {{"limits", array(limit_item)}})}});
         kinds_["networkpolicies.networking.k8s.io"] =
             top(meta, {}, {{"spec", object({"podSelector", "ingress", "egress", "policyTypes"})}});
+        kinds_["endpointslices.discovery.k8s.io"] = top(meta, {"addressType", "endpoints", "ports"});
         // Custom resources: their schemas are not stored here, so spec and status stay opaque.
         custom_ = top(meta, {"spec", "status"});
     }

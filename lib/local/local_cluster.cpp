@@ -4,6 +4,7 @@
 
 #include "local/agent_controller.hpp"
 #include "local/api_server.hpp"
+#include "local/endpoints_controller.hpp"
 #include "local/kubelet.hpp"
 #include "local/router.hpp"
 #include "local/store.hpp"
@@ -109,6 +110,7 @@ struct LocalCluster::Impl {
     local::RouterOptions router_options;
     std::uint16_t router_port = 0;
     std::unique_ptr<local::AgentController> controller;
+    std::unique_ptr<local::EndpointsController> endpoints;
     std::future<void> defaults_ready;
     std::string router_url;
     std::thread thread;
@@ -257,15 +259,18 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
 
     Impl* raw = impl.get();
     asio::co_spawn(impl->ioc, raw->accept_loop(), asio::detached);
+    // The controllers are clients of this API server, on its executor. Part of the cluster: no
+    // client-side rate limit (50 QPS would cap claims per second).
+    KubeConfig self_config = KubeConfig::from_url(impl->url, impl->token, "default");
+    self_config.certificate_authority_pem = impl->certs.ca_pem;
+    KubeClientOptions self_client;
+    self_client.qps = 0;
+    impl->endpoints = std::make_unique<local::EndpointsController>(
+        impl->ioc.get_executor(), KubeClient(impl->ioc.get_executor(), self_config, self_client), options.logger);
+    impl->endpoints->start();
     if (options.agent_sandbox) {
-        // The agent-sandbox controller is a client of this API server, on its executor.
         local::AgentControllerOptions controller_opts;
         controller_opts.default_pool_replicas = options.agent_sandbox_pool_replicas;
-        KubeConfig self_config = KubeConfig::from_url(impl->url, impl->token, "default");
-        self_config.certificate_authority_pem = impl->certs.ca_pem;
-        // Part of the cluster: no client-side rate limit (50 QPS would cap claims per second).
-        KubeClientOptions self_client;
-        self_client.qps = 0;
         impl->controller = std::make_unique<local::AgentController>(
             impl->ioc.get_executor(), KubeClient(impl->ioc.get_executor(), self_config, self_client), controller_opts,
             options.logger);
@@ -309,6 +314,7 @@ void LocalCluster::stop() {
             raw->acceptor->close(ec);
             raw->router->stop();
             if (raw->controller) raw->controller->stop();
+            if (raw->endpoints) raw->endpoints->stop();
             raw->api->shutdown();
             raw->kubelet->shutdown();
             done.set_value();
@@ -325,6 +331,7 @@ void LocalCluster::stop() {
         raw->thread.join();
     }
     raw->controller.reset();
+    raw->endpoints.reset();
     raw->router.reset();
     raw->api.reset();
     raw->kubelet.reset();

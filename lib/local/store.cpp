@@ -59,6 +59,7 @@ std::vector<ResourceType> build_types() {
     v.push_back(core("serviceaccounts", "serviceaccount", "ServiceAccount", true, {"sa"}));
     v.push_back(
         grouped("networking.k8s.io", {"v1"}, "networkpolicies", "networkpolicy", "NetworkPolicy", {"netpol"}, false));
+    v.push_back(grouped("discovery.k8s.io", {"v1"}, "endpointslices", "endpointslice", "EndpointSlice", {}, false));
     v.push_back(
         grouped("gateway.networking.k8s.io", {"v1"}, "gateways", "gateway", "Gateway", {"gtw"}, true, {"status"}));
     v.push_back(grouped("agents.x-k8s.io", {"v1beta1", "v1alpha1"}, "sandboxes", "sandbox", "Sandbox", {"sandbox"},

@@ -8,6 +8,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <gtest/gtest.h>
 
@@ -372,6 +373,74 @@ TEST_F(RouterSandboxTest, TunnelCutMidResponseIsAnErrorAndFiveHundredCallsShareO
             co_await kube.remove(pod);
         },
         180s);
+}
+
+TEST_F(RouterSandboxTest, ATunnelToAServiceFollowsItsEndpointsWhenThePodIsReplaced) {
+    run(
+        [&]() -> asio::awaitable<void> {
+            auto kube = client();
+            ResourcePath pods{"", "v1", "pods", "default", ""};
+            // A runtime pod labelled as the service's backend, knowing its own name.
+            auto backend = [&](std::string name) -> asio::awaitable<bool> {
+                auto made = co_await test::create_runtime_pod(kube, "default", name, "busybox-runtime", "/app");
+                EXPECT_TRUE(made) << (made ? "" : made.error().describe());
+                if (!made) co_return false;
+                boost::json::object labels{
+                    {"metadata", boost::json::object{{"labels", boost::json::object{{"app", "rt-svc"}}}}}};
+                auto labelled = co_await kube.patch(pods.with_name(name), boost::json::value(labels), PatchType::merge);
+                EXPECT_TRUE(labelled);
+                co_return bool(labelled);
+            };
+            if (!co_await backend("rt-svc-a")) co_return;
+            boost::json::object service{
+                {"apiVersion", "v1"},
+                {"kind", "Service"},
+                {"metadata", boost::json::object{{"name", "rt-svc"}}},
+                {"spec", boost::json::object{{"selector", boost::json::object{{"app", "rt-svc"}}},
+                                             {"ports", boost::json::array{boost::json::object{
+                                                           {"name", "http"}, {"port", 80}, {"targetPort", 8888}}}}}}};
+            ResourcePath services{"", "v1", "services", "default", ""};
+            auto made = co_await kube.create(services, service);
+            EXPECT_TRUE(made) << (made ? "" : made.error().describe());
+            // The cluster's EndpointSlice controller lists the pod behind the service.
+            ResourcePath slices{"discovery.k8s.io", "v1", "endpointslices", "default", "rt-svc-local"};
+            auto listed = [&](std::string pod) -> asio::awaitable<bool> {
+                for (int i = 0; i < 200; ++i) {
+                    auto slice = co_await kube.get(slices);
+                    if (slice && boost::json::serialize(*slice).find("\"name\":\"" + pod + "\"") != std::string::npos)
+                        co_return true;
+                    co_await test::sleep_for(50ms);
+                }
+                co_return false;
+            };
+            EXPECT_TRUE(co_await listed("rt-svc-a"));
+            TunnelConnectionOptions tunnel;
+            tunnel.service = "rt-svc";
+            tunnel.port = 80;
+            auto connection = make_tunnel_connection(kube, tunnel);
+            EXPECT_TRUE(connection);
+            if (!connection) co_return;
+            EXPECT_EQ((*connection)->describe(), "tunnel to service default/rt-svc:80");
+            RouterSandboxOptions options = options_;
+            options.sandbox_name = "any";  // the runtime ignores the router's headers
+            RouterSandbox sb(*connection, options);
+            auto r = co_await sb.execute("echo a > /app/who; cat /app/who");
+            EXPECT_TRUE(r && r->output == "a\n") << (r ? r->output : r.error().describe());
+            // The pod is replaced: new connections find the new endpoint.
+            co_await kube.remove(pods.with_name("rt-svc-a"));
+            if (!co_await backend("rt-svc-b")) co_return;
+            EXPECT_TRUE(co_await listed("rt-svc-b"));
+            bool moved = false;
+            for (int i = 0; i < 100 && !moved; ++i) {
+                r = co_await sb.execute("cat /app/who 2>/dev/null || echo new");
+                moved = r && r->output == "new\n";
+                if (!moved) co_await test::sleep_for(50ms);
+            }
+            EXPECT_TRUE(moved) << (r ? r->output : r.error().describe());
+            co_await kube.remove(pods.with_name("rt-svc-b"));
+            co_await kube.remove(services.with_name("rt-svc"));
+        },
+        120s);
 }
 
 TEST_F(RouterSandboxTest, ManyConcurrentExecutesShareThePool) {

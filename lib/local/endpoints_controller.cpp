@@ -1,0 +1,171 @@
+#include "local/endpoints_controller.hpp"
+
+#include "local/endpoints_core.hpp"
+#include "util/json_access.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <array>
+#include <map>
+#include <vector>
+
+namespace kubesandbox::local {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using util::metadata_of;
+using util::string_at;
+
+namespace {
+
+constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+
+enum Kind { services, pods, slices, kind_count };
+
+ResourcePath collection(Kind k) {
+    switch (k) {
+        case services:
+            return {"", "v1", "services", "", ""};
+        case pods:
+            return {"", "v1", "pods", "", ""};
+        default:
+            return {"discovery.k8s.io", "v1", "endpointslices", "", ""};
+    }
+}
+
+std::string key_of(const json::object& o) {
+    const auto& md = metadata_of(o);
+    return string_at(md, "namespace") + "/" + string_at(md, "name");
+}
+
+}  // namespace
+
+struct EndpointsController::Impl : std::enable_shared_from_this<Impl> {
+    Impl(asio::any_io_executor ex, KubeClient c, Logger l)
+        : executor(std::move(ex)), client(std::move(c)), logger(std::move(l)), wake(executor) {}
+
+    asio::any_io_executor executor;
+    KubeClient client;
+    Logger logger;
+    asio::steady_timer wake;
+    std::array<std::map<std::string, json::object>, kind_count> cache;
+    std::vector<std::shared_ptr<ListWatch>> watches;
+    bool dirty = true;
+    bool stopped = false;
+
+    void log(const std::string& line) { logger.warning("local cluster endpoints controller: " + line); }
+
+    asio::awaitable<void> watch_loop(Kind kind) {
+        auto self = shared_from_this();
+        WatchOptions options;
+        if (kind == slices)
+            options.label_selector = std::string(endpoints::managed_by_label) + "=" + endpoints::managed_by;
+        auto watch = std::make_shared<ListWatch>(client, collection(kind), options);
+        watches.push_back(watch);
+        asio::steady_timer backoff(executor);
+        while (!stopped) {
+            auto event = co_await watch->next();
+            if (stopped) break;
+            if (!event) {
+                backoff.expires_after(std::chrono::milliseconds(200));
+                co_await backoff.async_wait(tuple_awaitable);
+                continue;
+            }
+            if (event->type == WatchEvent::Type::bookmark || event->type == WatchEvent::Type::error) continue;
+            std::string key = key_of(event->object);
+            if (event->type == WatchEvent::Type::deleted) {
+                cache[kind].erase(key);
+            } else {
+                cache[kind][key] = std::move(event->object);
+            }
+            dirty = true;
+            wake.cancel();
+        }
+    }
+
+    asio::awaitable<void> reconcile_loop() {
+        auto self = shared_from_this();
+        while (!stopped) {
+            if (!dirty) {
+                wake.expires_after(std::chrono::seconds(5));
+                co_await wake.async_wait(tuple_awaitable);
+                if (stopped) break;
+            }
+            dirty = false;
+            co_await reconcile();
+        }
+    }
+
+    // Desired slices are computed from copies first: the cache changes while requests are out.
+    asio::awaitable<void> reconcile() {
+        std::vector<const json::object*> all_pods;
+        for (const auto& [key, pod] : cache[pods]) all_pods.push_back(&pod);
+        std::map<std::string, json::object> desired;  // slice key -> slice
+        for (const auto& [key, service] : cache[services]) {
+            if (auto slice = endpoints::endpoint_slice_for(service, all_pods))
+                desired[key_of(*slice)] = std::move(*slice);
+        }
+        std::vector<std::string> stale;
+        for (const auto& [key, slice] : cache[slices]) {
+            if (!desired.count(key)) stale.push_back(key);
+        }
+        for (auto& [key, slice] : desired) {
+            auto it = cache[slices].find(key);
+            if (it != cache[slices].end() && endpoints::same_endpoints(it->second, slice)) continue;
+            const bool exists = it != cache[slices].end();
+            auto slash = key.find('/');
+            ResourcePath p = collection(slices);
+            p.namespace_name = key.substr(0, slash);
+            if (!exists) {
+                auto made = co_await client.create(p, slice);
+                if (made) {
+                    cache[slices][key] = std::move(*made);
+                    continue;
+                }
+                if (!made.error().is(errc::already_exists)) {
+                    log("create " + key + ": " + made.error().describe());
+                    continue;
+                }
+            }
+            p.name = key.substr(slash + 1);
+            json::object change{{"endpoints", slice["endpoints"]}, {"ports", slice["ports"]}};
+            auto patched = co_await client.patch(p, json::value(std::move(change)), PatchType::merge);
+            if (patched) {
+                cache[slices][key] = std::move(*patched);
+            } else if (!patched.error().is(errc::not_found)) {
+                log("update " + key + ": " + patched.error().describe());
+            }
+        }
+        for (const auto& key : stale) {
+            auto slash = key.find('/');
+            ResourcePath p = collection(slices);
+            p.namespace_name = key.substr(0, slash);
+            p.name = key.substr(slash + 1);
+            auto removed = co_await client.remove(p);
+            if (!removed && !removed.error().is(errc::not_found))
+                log("delete " + key + ": " + removed.error().describe());
+        }
+    }
+};
+
+EndpointsController::EndpointsController(asio::any_io_executor executor, KubeClient client, Logger logger)
+    : impl_(std::make_shared<Impl>(std::move(executor), std::move(client), std::move(logger))) {}
+
+EndpointsController::~EndpointsController() = default;
+
+void EndpointsController::start() {
+    for (Kind k : {services, pods, slices}) asio::co_spawn(impl_->executor, impl_->watch_loop(k), asio::detached);
+    asio::co_spawn(impl_->executor, impl_->reconcile_loop(), asio::detached);
+}
+
+void EndpointsController::stop() {
+    impl_->stopped = true;
+    impl_->wake.cancel();
+    for (auto& w : impl_->watches) w->close();
+}
+
+}  // namespace kubesandbox::local
