@@ -1,6 +1,7 @@
 #include "local/agent_controller.hpp"
 
 #include "local/agent_controller_core.hpp"
+#include "local/mirror.hpp"
 #include "util/json_access.hpp"
 #include "util/time_format.hpp"
 
@@ -53,11 +54,6 @@ ResourcePath object_path(Kind k, const std::string& ns, const std::string& name)
     return p;
 }
 
-std::string key_of(const json::object& o) {
-    const auto& md = metadata_of(o);
-    return string_at(md, "namespace") + "/" + string_at(md, "name");
-}
-
 bool deleting(const json::object& o) { return metadata_of(o).contains("deletionTimestamp"); }
 
 json::object runtime_template(const std::string& name, const std::string& image) {
@@ -99,29 +95,12 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
     }
 
     asio::awaitable<void> watch_loop(Kind kind) {
-        auto self = shared_from_this();
         WatchOptions options;
         if (kind == pods) options.label_selector = name_hash_label;
         auto watch = std::make_shared<ListWatch>(client, collection(kind), options);
         watches.push_back(watch);
-        asio::steady_timer backoff(executor);
-        while (!stopped) {
-            auto event = co_await watch->next();
-            if (stopped) break;
-            if (!event) {
-                backoff.expires_after(std::chrono::milliseconds(200));
-                co_await backoff.async_wait(tuple_awaitable);
-                continue;
-            }
-            if (event->type == WatchEvent::Type::bookmark || event->type == WatchEvent::Type::error) continue;
-            std::string key = key_of(event->object);
-            if (event->type == WatchEvent::Type::deleted) {
-                cache[kind].erase(key);
-            } else {
-                cache[kind][key] = std::move(event->object);
-            }
-            poke();
-        }
+        auto self = shared_from_this();
+        co_await mirror(self, watch, cache[kind], stopped, [this] { poke(); });
     }
 
     asio::awaitable<void> reconcile_loop() {
@@ -153,7 +132,7 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
             if (!created.error().is(errc::already_exists)) log("create " + p.str() + ": " + created.error().describe());
             co_return nullptr;
         }
-        std::string key = key_of(*created);
+        std::string key = object_key(*created);
         cache[k][key] = std::move(*created);
         co_return &cache[k][key];
     }
@@ -275,7 +254,7 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
             }
             auto shutdown = shutdown_time(*claim, true);
             if (shutdown && *shutdown <= now_seconds()) {
-                if (sandbox) co_await remove(sandboxes, key_of(*sandbox));
+                if (sandbox) co_await remove(sandboxes, object_key(*sandbox));
                 const json::object* claim_spec = object_at(*claim, "spec");
                 std::string policy =
                     string_at(claim_spec ? object_at(*claim_spec, "lifecycle") : nullptr, "shutdownPolicy");
@@ -362,13 +341,13 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
         }
         if (!best) co_return nullptr;
         const json::object chosen = *best;
-        const std::string sandbox_key = key_of(chosen);
+        const std::string sandbox_key = object_key(chosen);
         const std::string sandbox_name = string_at(metadata_of(chosen), "name");
         // The claim names its sandbox first (so a restart finishes the adoption), then the
         // Sandbox changes owner; its resourceVersion guards against a concurrent adoption.
         json::object annotate{
             {"metadata", json::object{{"annotations", json::object{{sandbox_name_annotation, sandbox_name}}}}}};
-        if (!co_await patch(claims, key_of(claim), std::move(annotate), false)) co_return nullptr;
+        if (!co_await patch(claims, object_key(claim), std::move(annotate), false)) co_return nullptr;
         json::object handover = adoption_patch(chosen, claim);
         const json::object* adopted = co_await patch(sandboxes, sandbox_key, std::move(handover), false);
         if (!adopted) co_return nullptr;
@@ -410,7 +389,7 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
                 json::object pool_copy = *pool;
                 for (auto n = static_cast<std::int64_t>(owned.size()); n < replicas; ++n) {
                     if (auto* created = co_await create(sandboxes, ns, warm_sandbox(pool_copy, tmpl_copy)))
-                        owned.push_back(key_of(*created));
+                        owned.push_back(object_key(*created));
                 }
             }
             for (auto n = static_cast<std::int64_t>(owned.size()); n > replicas; --n) {

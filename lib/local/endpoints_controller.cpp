@@ -1,6 +1,7 @@
 #include "local/endpoints_controller.hpp"
 
 #include "local/endpoints_core.hpp"
+#include "local/mirror.hpp"
 #include "util/json_access.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -37,11 +38,6 @@ ResourcePath collection(Kind k) {
     }
 }
 
-std::string key_of(const json::object& o) {
-    const auto& md = metadata_of(o);
-    return string_at(md, "namespace") + "/" + string_at(md, "name");
-}
-
 }  // namespace
 
 struct EndpointsController::Impl : std::enable_shared_from_this<Impl> {
@@ -60,31 +56,16 @@ struct EndpointsController::Impl : std::enable_shared_from_this<Impl> {
     void log(const std::string& line) { logger.warning("local cluster endpoints controller: " + line); }
 
     asio::awaitable<void> watch_loop(Kind kind) {
-        auto self = shared_from_this();
         WatchOptions options;
         if (kind == slices)
             options.label_selector = std::string(endpoints::managed_by_label) + "=" + endpoints::managed_by;
         auto watch = std::make_shared<ListWatch>(client, collection(kind), options);
         watches.push_back(watch);
-        asio::steady_timer backoff(executor);
-        while (!stopped) {
-            auto event = co_await watch->next();
-            if (stopped) break;
-            if (!event) {
-                backoff.expires_after(std::chrono::milliseconds(200));
-                co_await backoff.async_wait(tuple_awaitable);
-                continue;
-            }
-            if (event->type == WatchEvent::Type::bookmark || event->type == WatchEvent::Type::error) continue;
-            std::string key = key_of(event->object);
-            if (event->type == WatchEvent::Type::deleted) {
-                cache[kind].erase(key);
-            } else {
-                cache[kind][key] = std::move(event->object);
-            }
+        auto self = shared_from_this();
+        co_await mirror(self, watch, cache[kind], stopped, [this] {
             dirty = true;
             wake.cancel();
-        }
+        });
     }
 
     asio::awaitable<void> reconcile_loop() {
@@ -107,7 +88,7 @@ struct EndpointsController::Impl : std::enable_shared_from_this<Impl> {
         std::map<std::string, json::object> desired;  // slice key -> slice
         for (const auto& [key, service] : cache[services]) {
             if (auto slice = endpoints::endpoint_slice_for(service, all_pods))
-                desired[key_of(*slice)] = std::move(*slice);
+                desired[object_key(*slice)] = std::move(*slice);
         }
         std::vector<std::string> stale;
         for (const auto& [key, slice] : cache[slices]) {

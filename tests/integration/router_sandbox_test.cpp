@@ -8,6 +8,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <gtest/gtest.h>
@@ -17,6 +18,25 @@ namespace asio = boost::asio;
 using namespace kubesandbox;
 using namespace std::chrono_literals;
 using namespace std::string_literals;
+
+// Runs `n` executes of "echo i" at once on `sb`; how many came back right (bounded in time).
+asio::awaitable<int> concurrent_echoes(std::shared_ptr<RouterSandbox> sb, int n) {
+    auto right = std::make_shared<int>(0);
+    auto finished = std::make_shared<int>(0);
+    auto ex = co_await asio::this_coro::executor;
+    for (int i = 0; i < n; ++i) {
+        asio::co_spawn(
+            ex,
+            [sb, i, right, finished]() -> asio::awaitable<void> {
+                auto one = co_await sb->execute("echo " + std::to_string(i));
+                if (one && one->output == std::to_string(i) + "\n") ++*right;
+                ++*finished;
+            },
+            asio::detached);
+    }
+    for (int waited = 0; *finished < n && waited < 2400; ++waited) co_await test::sleep_for(50ms);
+    co_return *right;
+}
 
 class RouterSandboxTest : public kubesandbox::test::LocalClusterTest {
 protected:
@@ -294,20 +314,7 @@ TEST_F(RouterSandboxTest, ATunnelThroughTheApiServerCarriesEverything) {
         EXPECT_TRUE(down && down->size() == 2 && (*down)[0].content == big && (*down)[1].content == "small");
         // Many at once: each pooled connection is its own WebSocket.
         constexpr int n = 48;
-        auto right = std::make_shared<int>(0);
-        auto finished = std::make_shared<int>(0);
-        for (int i = 0; i < n; ++i) {
-            asio::co_spawn(
-                io_,
-                [sb, i, right, finished]() -> asio::awaitable<void> {
-                    auto one = co_await sb->execute("echo " + std::to_string(i));
-                    if (one && one->output == std::to_string(i) + "\n") ++*right;
-                    ++*finished;
-                },
-                asio::detached);
-        }
-        for (int waited = 0; *finished < n && waited < 600; ++waited) co_await test::sleep_for(50ms);
-        EXPECT_EQ(*right, n);
+        EXPECT_EQ(co_await concurrent_echoes(sb, n), n);
         // The pod goes away: a typed error, not a hang.
         ResourcePath pod{"", "v1", "pods", "default", "rt-tunnel"};
         co_await kube.remove(pod);
@@ -355,20 +362,7 @@ TEST_F(RouterSandboxTest, TunnelCutMidResponseIsAnErrorAndFiveHundredCallsShareO
             EXPECT_TRUE(r && r->output == "once\n") << (r ? r->output : r.error().describe());
             // 500 calls at once over one tunnel connection (its pool of WebSockets).
             constexpr int n = 500;
-            auto right = std::make_shared<int>(0);
-            auto finished = std::make_shared<int>(0);
-            for (int i = 0; i < n; ++i) {
-                asio::co_spawn(
-                    io_,
-                    [sb, i, right, finished]() -> asio::awaitable<void> {
-                        auto one = co_await sb->execute("echo " + std::to_string(i));
-                        if (one && one->output == std::to_string(i) + "\n") ++*right;
-                        ++*finished;
-                    },
-                    asio::detached);
-            }
-            for (int waited = 0; *finished < n && waited < 2400; ++waited) co_await test::sleep_for(50ms);
-            EXPECT_EQ(*right, n);
+            EXPECT_EQ(co_await concurrent_echoes(sb, n), n);
             ResourcePath pod{"", "v1", "pods", "default", "rt-tunnel-chaos"};
             co_await kube.remove(pod);
         },
