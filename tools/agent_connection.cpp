@@ -2,8 +2,9 @@
 
 #include "file_commands.hpp"
 
+#include <kubesandbox/kube_client.hpp>
 #include <kubesandbox/local_cluster.hpp>
-#include <kubesandbox/router_sandbox.hpp>
+#include <kubesandbox/router_connection.hpp>
 
 #include <boost/json/parse.hpp>
 
@@ -22,18 +23,22 @@ std::string from_environment(const char* name) {
 
 }  // namespace
 
-Result<void> choose_agent_connection(const AgentConnectionFlags& flags, const LocalCluster* cluster,
-                                     boost::asio::any_io_executor executor, AgentSandboxProviderOptions& agent) {
+Result<void> choose_agent_connection(const AgentConnectionFlags& flags, const LocalCluster* cluster, KubeClient& client,
+                                     AgentSandboxProviderOptions& agent) {
     if (flags.connection == "tunnel") {
         agent.tunnel_to_pods = true;
         return {};
     }
-    if (flags.connection != "direct")
-        return fail(errc::invalid_config, "--connection must be direct or tunnel, not '" + flags.connection + "'");
+    const bool gateway = flags.connection == "gateway", in_cluster = flags.connection == "in-cluster";
+    if (flags.connection != "direct" && !gateway && !in_cluster)
+        return fail(errc::invalid_config,
+                    "--connection must be direct, in-cluster, gateway or tunnel, not '" + flags.connection + "'");
     // The router: flags, then the environment, then what kubesandbox-local wrote.
     std::string url = flags.router_url, token = flags.router_token;
     if (url.empty()) url = from_environment("KUBESANDBOX_ROUTER_URL");
     if (token.empty()) token = from_environment("KUBESANDBOX_ROUTER_TOKEN");
+    // Inside the cluster the router Service has a DNS name (agent-sandbox installs it there).
+    if (in_cluster && url.empty()) url = "http://sandbox-router-svc.agent-sandbox-system.svc.cluster.local:8080";
     if (cluster) {
         if (url.empty()) url = cluster->router_url();
         if (token.empty()) token = cluster->token();
@@ -54,6 +59,16 @@ Result<void> choose_agent_connection(const AgentConnectionFlags& flags, const Lo
             }
         }
     }
+    if (gateway) {
+        GatewayConnectionOptions options;
+        options.gateway_name = flags.gateway_name;
+        options.gateway_namespace = flags.gateway_namespace;
+        options.token = token;
+        auto connection = make_gateway_connection(client, options);
+        if (!connection) return fail(connection.error());
+        agent.connection = *connection;
+        return {};
+    }
     if (url.empty())
         return fail(errc::invalid_config,
                     "agent-sandbox mode needs the router's URL (--router-url, $KUBESANDBOX_ROUTER_URL, or a "
@@ -61,7 +76,7 @@ Result<void> choose_agent_connection(const AgentConnectionFlags& flags, const Lo
     DirectConnectionOptions direct;
     direct.url = url;
     direct.token = token;
-    auto connection = make_direct_connection(std::move(executor), direct);
+    auto connection = make_direct_connection(client.get_executor(), direct);
     if (!connection) return fail(connection.error());
     agent.connection = *connection;
     return {};

@@ -73,10 +73,15 @@ constexpr const char* usage_text =
     "                          URL kubesandbox-local wrote beside its kubeconfig as <kubeconfig>.router)\n"
     "  --router-token TOKEN    agent-sandbox: bearer token for the router (default\n"
     "                          $KUBESANDBOX_ROUTER_TOKEN, then the .router file)\n"
-    "  --connection direct|tunnel\n"
-    "                          agent-sandbox: through the router (direct, default), or through a\n"
-    "                          port-forward to each sandbox's pod via the API server (tunnel: no\n"
-    "                          router, nothing but the API server needs to be reachable)\n"
+    "  --connection direct|in-cluster|gateway|tunnel\n"
+    "                          agent-sandbox: through the router at its URL (direct, default); at its\n"
+    "                          cluster DNS name, sandbox-router-svc.agent-sandbox-system:8080 unless\n"
+    "                          --router-url says otherwise (in-cluster); at the address a Gateway\n"
+    "                          publishes (gateway); or through a port-forward to each sandbox's pod via\n"
+    "                          the API server (tunnel: no router, only the API server need be reachable)\n"
+    "  --gateway NAME          gateway: the Gateway (default sandbox-router-gateway, as the local\n"
+    "                          cluster names its own)\n"
+    "  --gateway-namespace NS  gateway: its namespace (default default)\n"
     "\n"
     "Global options:\n"
     "  --kubeconfig PATH       kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)\n"
@@ -109,6 +114,7 @@ struct Args {
     std::string mode{"raw"};
     AgentSandboxProviderOptions agent;
     std::string router_url, router_token, connection{"direct"};
+    std::string gateway_name{"sandbox-router-gateway"}, gateway_namespace{"default"};
     std::string command;
     std::vector<std::string> rest;  // positional arguments of the command
     // command options
@@ -168,6 +174,8 @@ Args parse(int argc, char** argv) {
         else if (flag == "--router-url") a.router_url = value();
         else if (flag == "--router-token") a.router_token = value();
         else if (flag == "--connection") a.connection = value();
+        else if (flag == "--gateway") a.gateway_name = value();
+        else if (flag == "--gateway-namespace") a.gateway_namespace = value();
         else if (flag == "--warm-pool-size")
             a.config.warm_pool_size = static_cast<int>(parse_number("--warm-pool-size", value()));
         else if (s == "--namespace-per-sandbox") a.config.namespace_per_sandbox = true;
@@ -580,8 +588,10 @@ int main(int argc, char** argv) {
     std::shared_ptr<SandboxProvider> provider;
     ModeInfo mode{a.config.startup_timeout, a.config.default_exec_timeout, a.config.max_output_bytes};
     if (a.mode == "agent-sandbox") {
-        cli::AgentConnectionFlags flags{a.connection, a.router_url, a.router_token, a.kubeconfig};
-        if (auto chosen = cli::choose_agent_connection(flags, cluster.get(), ioc.get_executor(), a.agent); !chosen)
+        cli::AgentConnectionFlags flags{a.connection,   a.router_url,        a.router_token,
+                                        a.gateway_name, a.gateway_namespace, a.kubeconfig};
+        KubeClient kube(ioc.get_executor(), kc);
+        if (auto chosen = cli::choose_agent_connection(flags, cluster.get(), kube, a.agent); !chosen)
             return report(chosen.error());
         a.agent.namespace_name = a.config.namespace_name;
         a.agent.ready_timeout = a.config.startup_timeout;

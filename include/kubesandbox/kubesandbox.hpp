@@ -13,6 +13,7 @@
 #include <kubesandbox/logger.hpp>
 #include <kubesandbox/pod_exec_sandbox.hpp>
 #include <kubesandbox/raw_provider.hpp>
+#include <kubesandbox/router_connection.hpp>
 #include <kubesandbox/router_sandbox.hpp>
 #include <kubesandbox/sandbox.hpp>
 #include <kubesandbox/sandbox_manager.hpp>

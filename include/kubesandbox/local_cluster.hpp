@@ -76,7 +76,9 @@ public:
     std::string url() const;
     std::uint16_t port() const;
     // The agent-sandbox router (http://address:port). It wants token() as a bearer token and
-    // reaches the pod named by X-Sandbox-ID in X-Sandbox-Namespace.
+    // reaches the pod named by X-Sandbox-ID in X-Sandbox-Namespace. The Gateway
+    // default/sandbox-router-gateway (gateway.networking.k8s.io/v1) publishes it too: the router's
+    // address in status.addresses, its port in the HTTP listener.
     std::string router_url() const;
     const std::string& token() const;
     const std::string& ca_pem() const;  // empty for plain HTTP

@@ -1,7 +1,6 @@
 // The direct connection: the router at a URL (TCP, or TLS for https://), over the pool.
 #include "connection/pooled_connection.hpp"
 #include "net/connector.hpp"
-#include "net/tls_context.hpp"
 
 #include <boost/url/parse.hpp>
 
@@ -23,13 +22,8 @@ Result<std::shared_ptr<RouterConnection>> make_direct_connection(asio::any_io_ex
     target.port = url->has_port() ? std::string(url->port()) : (target.tls ? "443" : "80");
     target.connect_timeout = options.connect_timeout;
     if (target.tls) {
-        net::TlsClientSettings tls;
-        tls.ca_pem = options.ca_pem;
-        tls.insecure_skip_verify = options.insecure_skip_verify;
-        auto context = net::make_tls_client_context(tls);
-        if (!context) return fail(context.error());
-        target.tls_context = *context;
-        target.verify_server_name = !options.insecure_skip_verify;
+        if (auto tls = net::use_tls(target, options.ca_pem, options.insecure_skip_verify); !tls)
+            return fail(tls.error());
     }
     std::string prefix(url->encoded_path());
     while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();

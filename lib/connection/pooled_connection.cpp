@@ -36,7 +36,9 @@ public:
 
     asio::awaitable<Result<unsigned>> send(RouterRequest request, steady_clock::time_point deadline,
                                            ResponseSink& sink) override {
-        const std::string head = http1::request_head(request, settings_.prefix, settings_.host, settings_.token);
+        const std::string head =
+            http1::request_head(request, settings_.prefix,
+                                settings_.current_host ? settings_.current_host() : settings_.host, settings_.token);
         if (head.empty())
             co_return fail(errc::invalid_argument, "a request to the router " + settings_.description +
                                                        " has a line break or space where none may be");
@@ -51,16 +53,20 @@ public:
         };
 
         for (int attempt = 0;; ++attempt) {
-            auto idle = pool_.take_idle();
+            auto idle = take_current_idle();
             const bool reused = idle.has_value();
             net::PooledConnection conn;
             if (idle) {
                 conn = std::move(*idle);
             } else {
+                conn.generation = generation();
                 auto connected = co_await open_(deadline);
                 if (!connected) {
                     Error e = connected.error();
-                    if (!e.is(errc::timeout))
+                    // A timeout, or nothing published to connect to (a Gateway without an address), says more as it is.
+                    if (e.is(errc::service_unavailable))
+                        e = make_error(errc::service_unavailable, settings_.description + ": " + e.message);
+                    else if (!e.is(errc::timeout))
                         e = make_error(errc::connection_failed,
                                        "cannot connect to the router " + settings_.description + ": " + e.message);
                     co_return fail(std::move(e));
@@ -93,7 +99,7 @@ public:
                 co_return fail(transport_error(
                     received.error().ec, received.error().kind == Received::nothing ? "" : " (response cut short)"));
             }
-            if (received->keep_alive) {
+            if (received->keep_alive && conn.generation == generation()) {
                 pool_.give_back(std::move(conn));
             } else {
                 conn.stream.close();
@@ -103,6 +109,18 @@ public:
     }
 
 private:
+    std::uint64_t generation() const { return settings_.generation ? settings_.generation() : 0; }
+
+    // An idle connection to the current endpoint; those to an older one are closed.
+    std::optional<net::PooledConnection> take_current_idle() {
+        const std::uint64_t current = generation();
+        for (;;) {
+            auto idle = pool_.take_idle();
+            if (!idle || idle->generation == current) return idle;
+            idle->stream.close();
+        }
+    }
+
     struct Response {
         unsigned status = 0;
         bool keep_alive = false;

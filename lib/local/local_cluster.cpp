@@ -7,6 +7,7 @@
 #include "local/endpoints_controller.hpp"
 #include "local/kubelet.hpp"
 #include "local/router.hpp"
+#include "local/router_gateway.hpp"
 #include "local/store.hpp"
 #include "local/tls_certs.hpp"
 #include "net/any_stream.hpp"
@@ -112,6 +113,7 @@ struct LocalCluster::Impl {
     std::unique_ptr<local::AgentController> controller;
     std::unique_ptr<local::EndpointsController> endpoints;
     std::future<void> defaults_ready;
+    std::future<void> gateway_ready;
     std::string router_url;
     std::thread thread;
     bool stopped = false;
@@ -268,6 +270,23 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
     impl->endpoints = std::make_unique<local::EndpointsController>(
         impl->ioc.get_executor(), KubeClient(impl->ioc.get_executor(), self_config, self_client), options.logger);
     impl->endpoints->start();
+    // The Gateway in front of the router (its status is the router's address), there before start() returns.
+    {
+        auto published = std::make_shared<std::promise<void>>();
+        raw->gateway_ready = published->get_future();
+        std::string router_host =
+            address.is_unspecified() ? (address.is_v6() ? "::1" : "127.0.0.1") : options.bind_address;
+        auto publish = [](KubeClient client, std::string host, std::uint16_t port, Logger logger,
+                          std::shared_ptr<std::promise<void>> done) -> asio::awaitable<void> {
+            auto made = co_await local::publish_router_gateway(std::move(client), std::move(host), port);
+            if (!made) logger.warning("local cluster: router gateway: " + made.error().describe());
+            done->set_value();
+        };
+        asio::co_spawn(impl->ioc,
+                       publish(KubeClient(impl->ioc.get_executor(), self_config, self_client), router_host,
+                               impl->router_port, options.logger, published),
+                       asio::detached);
+    }
     if (options.agent_sandbox) {
         local::AgentControllerOptions controller_opts;
         controller_opts.default_pool_replicas = options.agent_sandbox_pool_replicas;
@@ -298,6 +317,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
         }
     });
     if (raw->defaults_ready.valid()) raw->defaults_ready.wait_for(std::chrono::seconds(10));
+    raw->gateway_ready.wait_for(std::chrono::seconds(10));
     return std::unique_ptr<LocalCluster>(new LocalCluster(std::move(impl)));
 }
 

@@ -23,6 +23,7 @@ struct PooledConnection {
     AnyStream stream;
     boost::beast::flat_buffer buffer;
     std::chrono::steady_clock::time_point idle_since{};
+    std::uint64_t generation{0};  // of the endpoint it was opened to (see PooledConnectionSettings)
 };
 
 class ConnectionPool {

@@ -1,5 +1,6 @@
 #include "net/connector.hpp"
 
+#include "net/tls_context.hpp"
 #include "net/with_timeout.hpp"
 #include "proto/request.hpp"
 
@@ -51,6 +52,18 @@ asio::awaitable<Result<void>> proxy_connect(tcp::socket& socket, const std::stri
 }
 
 }  // namespace
+
+Result<void> use_tls(ConnectTarget& target, const std::string& ca_pem, bool insecure_skip_verify) {
+    TlsClientSettings tls;
+    tls.ca_pem = ca_pem;
+    tls.insecure_skip_verify = insecure_skip_verify;
+    auto context = make_tls_client_context(tls);
+    if (!context) return fail(context.error());
+    target.tls = true;
+    target.tls_context = *context;
+    target.verify_server_name = !insecure_skip_verify;
+    return {};
+}
 
 std::string host_header(std::string_view host, std::string_view port, bool tls) {
     const bool default_port = (tls && port == "443") || (!tls && port == "80");

@@ -29,6 +29,10 @@ struct ConnectTarget {
     std::chrono::milliseconds connect_timeout{10'000};
 };
 
+// Makes `target` a TLS target trusting `ca_pem` (empty = the system's store); errc::invalid_config
+// for a CA that does not load.
+Result<void> use_tls(ConnectTarget& target, const std::string& ca_pem, bool insecure_skip_verify);
+
 // The Host header (and CONNECT authority without the default port): "[::1]:8443", "h".
 std::string host_header(std::string_view host, std::string_view port, bool tls);
 

@@ -143,9 +143,17 @@ OUT=$(A --connection tunnel exec "agent/1" -- sh -c 'echo tunnelled; cat /app/di
     || fail "agent-sandbox exec over a tunnel (rc $rc out '$OUT')"
 A --connection tunnel cp "$TMP/in.txt" "agent/1:/app/t.txt" && A cp "agent/1:/app/t.txt" "$TMP/back2.txt" \
     && cmp -s "$TMP/in.txt" "$TMP/back2.txt" && pass "agent-sandbox cp over a tunnel" || fail "agent-sandbox cp over a tunnel"
+# --connection gateway: the router at the address the cluster's Gateway publishes
+OUT=$(A --connection gateway exec "agent/1" -- sh -c 'echo via-gateway; cat /app/dir/in.txt'); rc=$?
+[[ $rc == 0 && $OUT == $'via-gateway\nline' ]] && pass "agent-sandbox exec through the Gateway's address" \
+    || fail "agent-sandbox exec through a gateway (rc $rc out '$OUT')"
+A --connection gateway --gateway no-such-gateway exec "agent/1" -- true 2>"$TMP/gw.err" >/dev/null; rc=$?
+ERR=$(cat "$TMP/gw.err")
+[[ $rc != 0 && $ERR == *"no-such-gateway"* ]] && pass "a missing Gateway is named in the error" \
+    || fail "missing gateway (rc $rc '$ERR')"
 A --connection pigeon list >/dev/null 2>"$TMP/conn.err"; rc=$?
 ERR=$(cat "$TMP/conn.err")
-[[ $rc == 1 && $ERR == *"direct or tunnel"* ]] && pass "an unknown --connection is refused" \
+[[ $rc == 1 && $ERR == *"direct, in-cluster, gateway or tunnel"* ]] && pass "an unknown --connection is refused" \
     || fail "unknown --connection (rc $rc '$ERR')"
 # (output captured first: grep -q ending a pipe early would fail it under pipefail)
 OUT=$(A list); [[ $OUT == *$'\n'"agent/1 "* ]] && pass "agent-sandbox list" || fail "agent-sandbox list: $OUT"
