@@ -89,4 +89,28 @@ struct GatewayConnectionOptions {
 // errc::invalid_config without a gateway name. Must be destroyed before the client's io_context.
 Result<std::shared_ptr<RouterConnection>> make_gateway_connection(KubeClient& client, GatewayConnectionOptions options);
 
+struct KubectlTunnelOptions {
+    std::string kubectl{"kubectl"};  // the program, looked up in PATH
+    std::string kubeconfig{};        // --kubeconfig; empty = kubectl's own default
+    std::string context{};           // --context; empty = the kubeconfig's current one
+    std::string namespace_name{"default"};
+    std::string target{"svc/sandbox-router-svc"};  // what kubectl forwards to: svc/NAME, pod/NAME, ...
+    std::uint16_t port{8080};                      // the port there
+    std::string token{};                           // for the router: "Authorization: Bearer"
+    // How long a start may take before "Forwarding from" is printed.
+    std::chrono::milliseconds ready_timeout{std::chrono::seconds(30)};
+    std::size_t max_connections{64};
+    std::chrono::milliseconds max_idle{std::chrono::seconds(4)};
+};
+
+// A connection through a `kubectl port-forward` child process, for clusters that only kubectl
+// can reach (an auth flow the library lacks). One process per connection, shared by every
+// sandbox behind it, started on first use on a free loopback port; when it exits (or stops
+// accepting), the next request starts another, after a back-off of 100 ms doubling to 5 s while
+// starts keep failing. A failed start is errc::connection_failed with kubectl's stderr. The
+// process is stopped when the connection is destroyed. errc::invalid_config for a target or
+// namespace that is not a plain name. Must be destroyed before the executor's io_context.
+Result<std::shared_ptr<RouterConnection>> make_kubectl_tunnel_connection(boost::asio::any_io_executor executor,
+                                                                         KubectlTunnelOptions options);
+
 }  // namespace kubesandbox

@@ -10,7 +10,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,18 +47,6 @@ struct Fd {
         fd = -1;
         return f;
     }
-};
-
-struct SpawnFileActions {
-    posix_spawn_file_actions_t fa;
-    SpawnFileActions() { posix_spawn_file_actions_init(&fa); }
-    ~SpawnFileActions() { posix_spawn_file_actions_destroy(&fa); }
-};
-
-struct SpawnAttr {
-    posix_spawnattr_t attr;
-    SpawnAttr() { posix_spawnattr_init(&attr); }
-    ~SpawnAttr() { posix_spawnattr_destroy(&attr); }
 };
 
 // Reads until EOF; keeps the first `limit` bytes and drains the rest so the plugin never blocks
@@ -205,53 +192,21 @@ asio::awaitable<Result<Credential>> ExecCredentialProvider::run_plugin() {
     envp.push_back(nullptr);
     std::vector<std::string> argv_strings{config_.command};
     argv_strings.insert(argv_strings.end(), config_.args.begin(), config_.args.end());
-    std::vector<char*> argv;
-    for (auto& s : argv_strings) argv.push_back(s.data());
-    argv.push_back(nullptr);
 
-    int out_pipe[2];
-    int err_pipe[2];
-    if (::pipe2(out_pipe, O_CLOEXEC) != 0)
-        co_return fail(errc::exec_plugin_failed, name + ": pipe: " + std::strerror(errno));
-    Fd out_r(out_pipe[0]), out_w(out_pipe[1]);
-    if (::pipe2(err_pipe, O_CLOEXEC) != 0)
-        co_return fail(errc::exec_plugin_failed, name + ": pipe: " + std::strerror(errno));
-    Fd err_r(err_pipe[0]), err_w(err_pipe[1]);
-
-    pid_t pid = -1;
-    int rc = 0;
-    {
-        SpawnFileActions fa;
-        posix_spawn_file_actions_addopen(&fa.fa, 0, "/dev/null", O_RDONLY, 0);
-        posix_spawn_file_actions_adddup2(&fa.fa, out_w.fd, 1);
-        posix_spawn_file_actions_adddup2(&fa.fa, err_w.fd, 2);
-        // The caller's sockets (Asio does not set CLOEXEC) stay out of the plugin.
-        posix_spawn_file_actions_addclosefrom_np(&fa.fa, 3);
-        SpawnAttr attr;
-        // Own process group so a timeout kills the plugin's children too; default signal
-        // dispositions and an empty mask whatever the host process set up.
-        sigset_t empty, all;
-        sigemptyset(&empty);
-        sigfillset(&all);
-        posix_spawnattr_setsigmask(&attr.attr, &empty);
-        posix_spawnattr_setsigdefault(&attr.attr, &all);
-        posix_spawnattr_setpgroup(&attr.attr, 0);
-        posix_spawnattr_setflags(&attr.attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-        rc = ::posix_spawnp(&pid, config_.command.c_str(), &fa.fa, &attr.attr, argv.data(), envp.data());
-    }
-    out_w.reset();
-    err_w.reset();
-    if (rc != 0) {
+    auto spawned = util::spawn_child(argv_strings, envp.data());
+    if (!spawned) {
         std::string m = name;
-        if (rc == ENOENT) {
+        if (spawned.error() == ENOENT) {
             m += ": executable not found";
             if (!config_.install_hint.empty()) m += "; " + config_.install_hint;
         } else {
             m += ": cannot run: ";
-            m += std::strerror(rc);
+            m += std::strerror(spawned.error());
         }
         co_return fail(errc::exec_plugin_failed, std::move(m));
     }
+    const pid_t pid = spawned->pid;
+    Fd out_r(spawned->stdout_fd), err_r(spawned->stderr_fd);
 
     asio::posix::stream_descriptor out_sd(executor_, out_r.release());
     asio::posix::stream_descriptor err_sd(executor_, err_r.release());

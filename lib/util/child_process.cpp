@@ -5,6 +5,9 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +18,67 @@
 namespace kubesandbox::util {
 
 namespace asio = boost::asio;
+
+namespace {
+
+struct SpawnSetup {
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attr;
+    SpawnSetup() {
+        posix_spawn_file_actions_init(&actions);
+        posix_spawnattr_init(&attr);
+    }
+    ~SpawnSetup() {
+        posix_spawn_file_actions_destroy(&actions);
+        posix_spawnattr_destroy(&attr);
+    }
+};
+
+void close_all(std::initializer_list<int> fds) {
+    for (int fd : fds)
+        if (fd >= 0) ::close(fd);
+}
+
+}  // namespace
+
+tl::expected<SpawnedChild, int> spawn_child(const std::vector<std::string>& argv, char* const* envp) {
+    if (argv.empty()) return tl::unexpected(EINVAL);
+    std::vector<std::string> args = argv;
+    std::vector<char*> pointers;
+    for (auto& a : args) pointers.push_back(a.data());
+    pointers.push_back(nullptr);
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0) return tl::unexpected(errno);
+    if (::pipe2(err, O_CLOEXEC) != 0) {
+        int e = errno;
+        close_all({out[0], out[1]});
+        return tl::unexpected(e);
+    }
+    pid_t pid = -1;
+    int rc = 0;
+    {
+        SpawnSetup setup;
+        posix_spawn_file_actions_addopen(&setup.actions, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_adddup2(&setup.actions, out[1], 1);
+        posix_spawn_file_actions_adddup2(&setup.actions, err[1], 2);
+        // The host's sockets (Asio does not set CLOEXEC) stay out of the child.
+        posix_spawn_file_actions_addclosefrom_np(&setup.actions, 3);
+        sigset_t empty, all;
+        sigemptyset(&empty);
+        sigfillset(&all);
+        posix_spawnattr_setsigmask(&setup.attr, &empty);
+        posix_spawnattr_setsigdefault(&setup.attr, &all);
+        posix_spawnattr_setpgroup(&setup.attr, 0);
+        posix_spawnattr_setflags(&setup.attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+        rc = ::posix_spawnp(&pid, pointers[0], &setup.actions, &setup.attr, pointers.data(), envp);
+    }
+    close_all({out[1], err[1]});
+    if (rc != 0) {
+        close_all({out[0], err[0]});
+        return tl::unexpected(rc);
+    }
+    return SpawnedChild{pid, out[0], err[0]};
+}
 
 int open_pidfd(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 

@@ -1,15 +1,32 @@
-// Waiting for a child process on an executor: never blocking the thread, and never taking a
-// wake-up of the pidfd for an exit (only waitpid says a child is gone).
+// Starting a helper program (an exec credential plugin, kubectl) and waiting for it on an
+// executor: never blocking the thread, and never taking a wake-up of the pidfd for an exit (only
+// waitpid says a child is gone).
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
 #include <optional>
+#include <string>
+#include <vector>
+
+#include <tl/expected.hpp>
 
 #include <sys/types.h>
 
 namespace kubesandbox::util {
+
+// A started child; the caller owns both descriptors (close-on-exec, blocking).
+struct SpawnedChild {
+    pid_t pid = -1;
+    int stdout_fd = -1;
+    int stderr_fd = -1;
+};
+
+// Starts argv[0] (looked up in PATH) with `envp`: stdin /dev/null, stdout and stderr pipes, no
+// other inherited descriptor, its own process group (so it can be stopped with its children),
+// default signal dispositions and an empty mask. The errno on failure (ENOENT: not found).
+tl::expected<SpawnedChild, int> spawn_child(const std::vector<std::string>& argv, char* const* envp);
 
 // A pidfd for `pid` (close-on-exec), or -1 where the kernel has none.
 int open_pidfd(pid_t pid);
