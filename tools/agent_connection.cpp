@@ -21,18 +21,48 @@ std::string from_environment(const char* name) {
     return e ? e : "";
 }
 
+// "NS/NAME:PORT" (the port optional) of --router-service.
+struct ServiceRef {
+    std::string namespace_name, name;
+    std::uint16_t port = 8080;
+};
+
+Result<ServiceRef> parse_service(const std::string& text) {
+    ServiceRef ref;
+    auto slash = text.find('/');
+    auto colon = text.rfind(':');
+    if (slash == std::string::npos || slash == 0)
+        return fail(errc::invalid_config, "--router-service is NAMESPACE/NAME[:PORT], not '" + text + "'");
+    ref.namespace_name = text.substr(0, slash);
+    ref.name =
+        text.substr(slash + 1, colon == std::string::npos || colon < slash ? std::string::npos : colon - slash - 1);
+    if (colon != std::string::npos && colon > slash) {
+        const std::string port = text.substr(colon + 1);
+        char* end = nullptr;
+        long value = std::strtol(port.c_str(), &end, 10);
+        if (port.empty() || *end != '\0' || value <= 0 || value > 65535)
+            return fail(errc::invalid_config, "--router-service has an invalid port: '" + text + "'");
+        ref.port = static_cast<std::uint16_t>(value);
+    }
+    if (ref.name.empty()) return fail(errc::invalid_config, "--router-service names no Service: '" + text + "'");
+    return ref;
+}
+
 }  // namespace
 
 Result<void> choose_agent_connection(const AgentConnectionFlags& flags, const LocalCluster* cluster, KubeClient& client,
                                      AgentSandboxProviderOptions& agent) {
-    if (flags.connection == "tunnel") {
+    const std::string& how = flags.connection;
+    if (how == "pod-tunnel") {
         agent.tunnel_to_pods = true;
         return {};
     }
-    const bool gateway = flags.connection == "gateway", in_cluster = flags.connection == "in-cluster";
-    if (flags.connection != "direct" && !gateway && !in_cluster)
+    const bool gateway = how == "gateway", in_cluster = how == "in-cluster", tunnel = how == "tunnel",
+               kubectl = how == "kubectl-tunnel";
+    if (how != "direct" && !gateway && !in_cluster && !tunnel && !kubectl)
         return fail(errc::invalid_config,
-                    "--connection must be direct, in-cluster, gateway or tunnel, not '" + flags.connection + "'");
+                    "--connection must be direct, in-cluster, gateway, tunnel, kubectl-tunnel or pod-tunnel, not '" +
+                        how + "'");
     // The router: flags, then the environment, then what kubesandbox-local wrote.
     std::string url = flags.router_url, token = flags.router_token;
     if (url.empty()) url = from_environment("KUBESANDBOX_ROUTER_URL");
@@ -69,10 +99,37 @@ Result<void> choose_agent_connection(const AgentConnectionFlags& flags, const Lo
         agent.connection = *connection;
         return {};
     }
+    if (tunnel || kubectl) {
+        auto service = parse_service(flags.router_service);
+        if (!service) return fail(service.error());
+        Result<std::shared_ptr<RouterConnection>> connection = fail(errc::invalid_config, "");
+        if (tunnel) {
+            TunnelConnectionOptions options;
+            options.namespace_name = service->namespace_name;
+            options.service = service->name;
+            options.port = service->port;
+            options.token = token;
+            connection = make_tunnel_connection(client, options);
+        } else {
+            if (cluster)
+                return fail(errc::invalid_config, "--connection kubectl-tunnel needs a kubeconfig file, not --local");
+            KubectlTunnelOptions options;
+            options.kubeconfig = flags.kubeconfig;
+            options.context = flags.context;
+            options.namespace_name = service->namespace_name;
+            options.target = "svc/" + service->name;
+            options.port = service->port;
+            options.token = token;
+            connection = make_kubectl_tunnel_connection(client.get_executor(), options);
+        }
+        if (!connection) return fail(connection.error());
+        agent.connection = *connection;
+        return {};
+    }
     if (url.empty())
         return fail(errc::invalid_config,
                     "agent-sandbox mode needs the router's URL (--router-url, $KUBESANDBOX_ROUTER_URL, or a "
-                    "kubesandbox-local kubeconfig), or --connection tunnel");
+                    "kubesandbox-local kubeconfig), or another --connection");
     DirectConnectionOptions direct;
     direct.url = url;
     direct.token = token;

@@ -73,12 +73,17 @@ constexpr const char* usage_text =
     "                          URL kubesandbox-local wrote beside its kubeconfig as <kubeconfig>.router)\n"
     "  --router-token TOKEN    agent-sandbox: bearer token for the router (default\n"
     "                          $KUBESANDBOX_ROUTER_TOKEN, then the .router file)\n"
-    "  --connection direct|in-cluster|gateway|tunnel\n"
-    "                          agent-sandbox: through the router at its URL (direct, default); at its\n"
-    "                          cluster DNS name, sandbox-router-svc.agent-sandbox-system:8080 unless\n"
-    "                          --router-url says otherwise (in-cluster); at the address a Gateway\n"
-    "                          publishes (gateway); or through a port-forward to each sandbox's pod via\n"
-    "                          the API server (tunnel: no router, only the API server need be reachable)\n"
+    "  --connection direct|in-cluster|gateway|tunnel|kubectl-tunnel|pod-tunnel\n"
+    "                          agent-sandbox: how the router is reached: at its URL (direct, default);\n"
+    "                          at its cluster DNS name, sandbox-router-svc.agent-sandbox-system:8080\n"
+    "                          unless --router-url says otherwise (in-cluster); at the address a Gateway\n"
+    "                          publishes (gateway); through a port-forward to its Service via the API\n"
+    "                          server (tunnel: no kubectl, no local port) or via a kubectl port-forward\n"
+    "                          child (kubectl-tunnel); or no router, a port-forward to each sandbox's pod\n"
+    "                          (pod-tunnel)\n"
+    "  --router-service NS/NAME[:PORT]\n"
+    "                          tunnel, kubectl-tunnel: the router's Service (default\n"
+    "                          agent-sandbox-system/sandbox-router-svc:8080)\n"
     "  --gateway NAME          gateway: the Gateway (default sandbox-router-gateway, as the local\n"
     "                          cluster names its own)\n"
     "  --gateway-namespace NS  gateway: its namespace (default default)\n"
@@ -115,6 +120,7 @@ struct Args {
     AgentSandboxProviderOptions agent;
     std::string router_url, router_token, connection{"direct"};
     std::string gateway_name{"sandbox-router-gateway"}, gateway_namespace{"default"};
+    std::string router_service{"agent-sandbox-system/sandbox-router-svc:8080"};
     std::string command;
     std::vector<std::string> rest;  // positional arguments of the command
     // command options
@@ -176,6 +182,7 @@ Args parse(int argc, char** argv) {
         else if (flag == "--connection") a.connection = value();
         else if (flag == "--gateway") a.gateway_name = value();
         else if (flag == "--gateway-namespace") a.gateway_namespace = value();
+        else if (flag == "--router-service") a.router_service = value();
         else if (flag == "--warm-pool-size")
             a.config.warm_pool_size = static_cast<int>(parse_number("--warm-pool-size", value()));
         else if (s == "--namespace-per-sandbox") a.config.namespace_per_sandbox = true;
@@ -588,8 +595,15 @@ int main(int argc, char** argv) {
     std::shared_ptr<SandboxProvider> provider;
     ModeInfo mode{a.config.startup_timeout, a.config.default_exec_timeout, a.config.max_output_bytes};
     if (a.mode == "agent-sandbox") {
-        cli::AgentConnectionFlags flags{a.connection,   a.router_url,        a.router_token,
-                                        a.gateway_name, a.gateway_namespace, a.kubeconfig};
+        cli::AgentConnectionFlags flags;
+        flags.connection = a.connection;
+        flags.router_url = a.router_url;
+        flags.router_token = a.router_token;
+        flags.gateway_name = a.gateway_name;
+        flags.gateway_namespace = a.gateway_namespace;
+        flags.router_service = a.router_service;
+        flags.kubeconfig = a.kubeconfig;
+        flags.context = a.context;
         KubeClient kube(ioc.get_executor(), kc);
         if (auto chosen = cli::choose_agent_connection(flags, cluster.get(), kube, a.agent); !chosen)
             return report(chosen.error());

@@ -43,6 +43,10 @@ struct LocalClusterOptions {
     // templates and warm pools python-runtime and busybox-runtime in namespace default.
     bool agent_sandbox = true;
     int agent_sandbox_pool_replicas = 1;  // of each default warm pool
+    // What leads to the router on a cluster running agent-sandbox: the Service
+    // agent-sandbox-system/sandbox-router-svc:8080 (before a host-network Pod standing for the
+    // router) and the Gateway default/sandbox-router-gateway. Off: no objects besides the caller's.
+    bool router_objects = true;
     Logger logger{};                      // the kubelet's diagnostics (pods that fail to start or stop)
 };
 

@@ -189,6 +189,9 @@ PlanResult plan_container(const json::object& pod, const json::object& container
     ContainerPlan plan;
     plan.name = get_string(container, "name");
     plan.image = get_string(container, "image");
+    if (const json::value* spec = pod.if_contains("spec"); spec && spec->is_object())
+        if (const json::value* host = spec->get_object().if_contains("hostNetwork"); host && host->is_bool())
+            plan.host_network = host->get_bool();
     auto root = resolve_image(images, plan.image);
     if (!root) {
         result.error =
@@ -387,6 +390,7 @@ std::vector<std::string> bwrap_argv(const ContainerPlan& plan, const HostLayout&
     // limit belongs to the namespace they join); it needs the user namespace asked for explicitly.
     a.insert(a.end(), {"bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
                        "--new-session", "--info-fd", std::to_string(info_fd), "--hostname", hostname});
+    if (plan.host_network) a.push_back("--share-net");
     if (plan.root.kind == ImageRoot::Kind::host) {
         a.insert(a.end(), {"--ro-bind", "/usr", "/usr"});
         for (const auto& [name, target] : layout.symlinks) a.insert(a.end(), {"--symlink", target, "/" + name});

@@ -73,6 +73,7 @@ struct ContainerPlan {
     std::vector<MountPlan> mounts;  // emptyDir volumes, workspace, /tmp
     bool read_only_root = false;
     bool drop_all_caps = false;
+    bool host_network = false;  // spec.hostNetwork: the host's network namespace, as Kubernetes does
     // readinessProbe.httpGet.port or tcpSocket.port (a number, or a named container port).
     std::optional<std::uint16_t> readiness_port;
     ResourceLimits limits;

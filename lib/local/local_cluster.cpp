@@ -7,7 +7,7 @@
 #include "local/endpoints_controller.hpp"
 #include "local/kubelet.hpp"
 #include "local/router.hpp"
-#include "local/router_gateway.hpp"
+#include "local/router_objects.hpp"
 #include "local/store.hpp"
 #include "local/tls_certs.hpp"
 #include "net/any_stream.hpp"
@@ -113,7 +113,7 @@ struct LocalCluster::Impl {
     std::unique_ptr<local::AgentController> controller;
     std::unique_ptr<local::EndpointsController> endpoints;
     std::future<void> defaults_ready;
-    std::future<void> gateway_ready;
+    std::future<void> router_objects_ready;
     std::string router_url;
     std::thread thread;
     bool stopped = false;
@@ -270,16 +270,16 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
     impl->endpoints = std::make_unique<local::EndpointsController>(
         impl->ioc.get_executor(), KubeClient(impl->ioc.get_executor(), self_config, self_client), options.logger);
     impl->endpoints->start();
-    // The Gateway in front of the router (its status is the router's address), there before start() returns.
-    {
+    // The objects that lead to the router (router_objects.hpp), there before start() returns.
+    if (options.router_objects) {
         auto published = std::make_shared<std::promise<void>>();
-        raw->gateway_ready = published->get_future();
+        raw->router_objects_ready = published->get_future();
         std::string router_host =
             address.is_unspecified() ? (address.is_v6() ? "::1" : "127.0.0.1") : options.bind_address;
         auto publish = [](KubeClient client, std::string host, std::uint16_t port, Logger logger,
                           std::shared_ptr<std::promise<void>> done) -> asio::awaitable<void> {
-            auto made = co_await local::publish_router_gateway(std::move(client), std::move(host), port);
-            if (!made) logger.warning("local cluster: router gateway: " + made.error().describe());
+            auto made = co_await local::publish_router(std::move(client), std::move(host), port);
+            if (!made) logger.warning("local cluster: router objects: " + made.error().describe());
             done->set_value();
         };
         asio::co_spawn(impl->ioc,
@@ -317,7 +317,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
         }
     });
     if (raw->defaults_ready.valid()) raw->defaults_ready.wait_for(std::chrono::seconds(10));
-    raw->gateway_ready.wait_for(std::chrono::seconds(10));
+    if (raw->router_objects_ready.valid()) raw->router_objects_ready.wait_for(std::chrono::seconds(10));
     return std::unique_ptr<LocalCluster>(new LocalCluster(std::move(impl)));
 }
 

@@ -137,12 +137,27 @@ OUT=$(A --json exec "agent/1" -- printf 'a\377'); rc=$?
 if [[ $rc == 0 ]] && /usr/bin/python3 -c 'import json,sys,base64; d=json.loads(sys.argv[1]); assert base64.b64decode(d["output_base64"]) == b"a\xff", d' "$OUT"; then
     pass "--json output that is not UTF-8 stays valid JSON, exact bytes in base64"
 else fail "--json non-UTF-8 (rc $rc '$OUT')"; fi
-# --connection tunnel: no router, a port-forward to the sandbox's pod through the API server
-OUT=$(A --connection tunnel exec "agent/1" -- sh -c 'echo tunnelled; cat /app/dir/in.txt'); rc=$?
-[[ $rc == 0 && $OUT == $'tunnelled\nline' ]] && pass "agent-sandbox exec over a port-forward tunnel" \
-    || fail "agent-sandbox exec over a tunnel (rc $rc out '$OUT')"
-A --connection tunnel cp "$TMP/in.txt" "agent/1:/app/t.txt" && A cp "agent/1:/app/t.txt" "$TMP/back2.txt" \
-    && cmp -s "$TMP/in.txt" "$TMP/back2.txt" && pass "agent-sandbox cp over a tunnel" || fail "agent-sandbox cp over a tunnel"
+# --connection pod-tunnel: no router, a port-forward to the sandbox's pod through the API server
+OUT=$(A --connection pod-tunnel exec "agent/1" -- sh -c 'echo tunnelled; cat /app/dir/in.txt'); rc=$?
+[[ $rc == 0 && $OUT == $'tunnelled\nline' ]] && pass "agent-sandbox exec over a port-forward to the pod" \
+    || fail "agent-sandbox exec over a pod tunnel (rc $rc out '$OUT')"
+A --connection pod-tunnel cp "$TMP/in.txt" "agent/1:/app/t.txt" && A cp "agent/1:/app/t.txt" "$TMP/back2.txt" \
+    && cmp -s "$TMP/in.txt" "$TMP/back2.txt" && pass "agent-sandbox cp over a pod tunnel" || fail "agent-sandbox cp over a pod tunnel"
+# --connection tunnel / kubectl-tunnel: the router's Service (agent-sandbox-system/sandbox-router-svc:8080)
+OUT=$(A --connection tunnel exec "agent/1" -- echo via-router-service); rc=$?
+[[ $rc == 0 && $OUT == via-router-service ]] && pass "agent-sandbox exec through a tunnel to the router's Service" \
+    || fail "agent-sandbox exec over a router tunnel (rc $rc out '$OUT')"
+OUT=$(A --connection kubectl-tunnel exec "agent/1" -- echo via-kubectl); rc=$?
+[[ $rc == 0 && $OUT == via-kubectl ]] && pass "agent-sandbox exec through kubectl port-forward to the router's Service" \
+    || fail "agent-sandbox exec over kubectl-tunnel (rc $rc out '$OUT')"
+# (signalled when the command ends; it may take a moment to exit)
+for _ in $(seq 40); do pgrep -f "port-forward.*sandbox-router-svc" >/dev/null || break; sleep 0.05; done
+pgrep -f "port-forward.*sandbox-router-svc" >/dev/null && fail "kubectl port-forward left running" \
+    || pass "the kubectl port-forward child is gone after the command"
+A --connection tunnel --router-service agent-sandbox-system/nope:8080 exec "agent/1" -- true 2>"$TMP/rs.err" >/dev/null; rc=$?
+ERR=$(cat "$TMP/rs.err")
+[[ $rc != 0 && $ERR == *"nope"* ]] && pass "a missing router Service is named in the error" \
+    || fail "missing router service (rc $rc '$ERR')"
 # --connection gateway: the router at the address the cluster's Gateway publishes
 OUT=$(A --connection gateway exec "agent/1" -- sh -c 'echo via-gateway; cat /app/dir/in.txt'); rc=$?
 [[ $rc == 0 && $OUT == $'via-gateway\nline' ]] && pass "agent-sandbox exec through the Gateway's address" \
@@ -153,7 +168,7 @@ ERR=$(cat "$TMP/gw.err")
     || fail "missing gateway (rc $rc '$ERR')"
 A --connection pigeon list >/dev/null 2>"$TMP/conn.err"; rc=$?
 ERR=$(cat "$TMP/conn.err")
-[[ $rc == 1 && $ERR == *"direct, in-cluster, gateway or tunnel"* ]] && pass "an unknown --connection is refused" \
+[[ $rc == 1 && $ERR == *"direct, in-cluster, gateway, tunnel, kubectl-tunnel or pod-tunnel"* ]] && pass "an unknown --connection is refused" \
     || fail "unknown --connection (rc $rc '$ERR')"
 # (output captured first: grep -q ending a pipe early would fail it under pipefail)
 OUT=$(A list); [[ $OUT == *$'\n'"agent/1 "* ]] && pass "agent-sandbox list" || fail "agent-sandbox list: $OUT"

@@ -136,6 +136,48 @@ TEST_F(KubectlTunnelTest, AKubectlThatCannotForwardIsATypedErrorWithItsStderr) {
     });
 }
 
+// As on a cluster running agent-sandbox: agent-sandbox-system/sandbox-router-svc:8080 leads to
+// the router, through kubectl or through the native tunnel.
+TEST_F(KubectlTunnelTest, TheRouterServiceIsReachedByKubectlAndByTheNativeTunnel) {
+    run(
+        [&]() -> asio::awaitable<void> {
+            auto kube = client();
+            auto created = co_await test::create_runtime_pod(kube, "default", "kt-routed", "busybox-runtime", "/app");
+            EXPECT_TRUE(created) << (created ? "" : created.error().describe());
+            if (!created) co_return;
+            RouterSandboxOptions sb_options;
+            sb_options.sandbox_name = "kt-routed";
+            auto o = options("svc/sandbox-router-svc");
+            o.namespace_name = "agent-sandbox-system";
+            o.port = 8080;
+            o.token = cluster_->token();
+            auto through_kubectl = make_kubectl_tunnel_connection(io_.get_executor(), o);
+            TunnelConnectionOptions native;
+            native.namespace_name = "agent-sandbox-system";
+            native.service = "sandbox-router-svc";
+            native.port = 8080;
+            native.token = cluster_->token();
+            auto through_api = make_tunnel_connection(kube, native);
+            EXPECT_TRUE(through_kubectl && through_api);
+            if (!through_kubectl || !through_api) co_return;
+            for (const auto& connection : {*through_kubectl, *through_api}) {
+                RouterSandbox sb(connection, sb_options);
+                Result<ExecuteResponse> r = fail(errc::timeout, "not run");
+                // The router's pod becomes Ready (and an endpoint) shortly after the cluster starts.
+                for (int i = 0; i < 100; ++i) {
+                    r = co_await sb.execute("echo routed", 20s);
+                    if (r) break;
+                    co_await test::sleep_for(100ms);
+                }
+                EXPECT_TRUE(r && r->output == "routed\n")
+                    << connection->describe() << ": " << (r ? r->output : r.error().describe());
+            }
+            ResourcePath pod{"", "v1", "pods", "default", "kt-routed"};
+            co_await kube.remove(pod);
+        },
+        120s);
+}
+
 TEST(KubectlTunnelOptionsTest, TargetsAndNamespacesThatKubectlWouldReadAsFlagsAreRefused) {
     asio::io_context io;
     for (const char* target : {"--kubeconfig=/etc/passwd", "pod/-x", "pod", "/x", "pod/a b", "pod/x\ny", "Pod/x"}) {

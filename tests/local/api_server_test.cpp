@@ -29,6 +29,7 @@ namespace {
 std::unique_ptr<LocalCluster> start_cluster(bool tls = false) {
     LocalClusterOptions o;
     o.agent_sandbox = false;  // the API server alone: its tests count objects and requests
+    o.router_objects = false;
     o.tls = tls;
     o.continue_token_ttl = std::chrono::seconds(300);
     auto c = LocalCluster::start(o);
@@ -857,6 +858,7 @@ TEST(LocalApi, FaultInjection) {
 TEST(LocalApi, KubeconfigFile) {
     LocalClusterOptions o;
     o.agent_sandbox = false;  // the API server alone: its tests count objects and requests
+    o.router_objects = false;
     auto c = LocalCluster::start(o);
     ASSERT_TRUE(c);
     auto path = std::filesystem::temp_directory_path() / ("kubesandbox-kc-" + std::to_string(::getpid()));
