@@ -1,8 +1,9 @@
 // Macro benchmarks against the embedded local cluster (issues 3 and 4): pod create -> Ready,
 // cold create vs warm-pool claim, exec round trip, exec stdout throughput, list paging, many
 // concurrent executes on one io_context thread, the SandboxManager (issue 9) and the file
-// operations (issue 13). Where a peer exists (real kubectl) it
-// is measured in the same run against the same cluster, so ratios compare like with like.
+// operations (issue 13), agent-sandbox mode (8) and tunnels, native vs kubectl (9). Where a
+// peer exists (real kubectl) it is measured in the same run against the same cluster, so ratios
+// compare like with like.
 //
 //   kubesandbox_bench [--quick | --smoke] [--only=1,2,...] [--json=FILE]
 //
@@ -104,7 +105,7 @@ int main(int argc, char** argv) {
             std::string item;
             while (std::getline(ss, item, ',')) only.insert(std::atoi(item.c_str()));
         } else {
-            std::cerr << "usage: kubesandbox_bench [--quick | --smoke] [--only=1,2,3,4,5,6,7,8] [--json=FILE]\n";
+            std::cerr << "usage: kubesandbox_bench [--quick | --smoke] [--only=1,2,3,4,5,6,7,8,9] [--json=FILE]\n";
             return 2;
         }
     }
@@ -166,6 +167,7 @@ int main(int argc, char** argv) {
         if (want(6)) scenario_manager(io, *cluster, sz);
         if (want(7)) scenario_files(io, *cluster, sz);
         if (want(8)) scenario_agent_sandbox(io, *cluster, sz);
+        if (want(9)) scenario_tunnels(io, *cluster, env, sz);
         if (want(4)) scenario_list(io, *cluster, env, sz);  // last: 10,000 pods slow down the rest
     }
 

@@ -40,12 +40,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-double thread_cpu() {
-    struct rusage ru {};
-    ::getrusage(RUSAGE_THREAD, &ru);
-    return cpu_of(ru);
-}
-
 // The minimal peer: one keep-alive connection, a prebuilt request, responses read by
 // Content-Length. Returns false on any failure.
 class MinimalClient {
@@ -158,13 +152,6 @@ std::string execute_request(const std::string& host_port, const std::string& tok
            "\r\nX-Sandbox-Namespace: default\r\nX-Sandbox-Port: 8888\r\nX-Sandbox-Timeout: 1805"
            "\r\nContent-Type: application/json\r\nContent-Length: " +
            std::to_string(body.size()) + "\r\n\r\n" + body;
-}
-
-// A per-call CPU row in microseconds (milliseconds with two decimals hide the differences).
-Row in_micros(Row r) {
-    r.unit = "us";
-    for (double* v : {&r.median, &r.p99, &r.best, &r.mean}) *v *= 1000;
-    return r;
 }
 
 json::object warm_pool_body(int replicas) {

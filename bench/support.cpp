@@ -202,6 +202,18 @@ double cpu_of(const struct rusage& ru) {
 
 // Spawns argv (PATH search) with `extra_env` added, stdin from /dev/null, stdout captured or sent
 // to /dev/null, stderr inherited, and waits for it. Blocks the calling thread.
+double thread_cpu() {
+    struct rusage ru {};
+    ::getrusage(RUSAGE_THREAD, &ru);
+    return cpu_of(ru);
+}
+
+Row in_micros(Row r) {
+    r.unit = "us";
+    for (double* v : {&r.median, &r.p99, &r.best, &r.mean}) *v *= 1000;
+    return r;
+}
+
 ProcResult run_process(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env, bool capture) {
     ProcResult res;
     std::vector<std::string> env;

@@ -86,6 +86,9 @@ void print_table(std::ostream& out);
 void write_json_lines(std::ostream& out);
 
 double cpu_of(const struct rusage& ru);
+double thread_cpu();  // this thread's user + system seconds
+// A per-call CPU row in microseconds (milliseconds with two decimals hide the differences).
+Row in_micros(Row r);
 // heap_counter.cpp: bytes this thread holds through operator new right now; -1 when not
 // counted (under AddressSanitizer).
 long long thread_heap_bytes();
@@ -156,6 +159,7 @@ void scenario_concurrent(boost::asio::io_context& io, LocalCluster& cluster, con
 void scenario_manager(boost::asio::io_context& io, LocalCluster& cluster, const Sizes& sz);
 void scenario_files(boost::asio::io_context& io, LocalCluster& cluster, const Sizes& sz);
 void scenario_agent_sandbox(boost::asio::io_context& io, LocalCluster& cluster, const Sizes& sz);
+void scenario_tunnels(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
 int exec_client_main(int argc, char** argv);
 
 }  // namespace kubesandbox::bench
