@@ -47,7 +47,7 @@ struct LocalClusterOptions {
     // agent-sandbox-system/sandbox-router-svc:8080 (before a host-network Pod standing for the
     // router) and the Gateway default/sandbox-router-gateway. Off: no objects besides the caller's.
     bool router_objects = true;
-    Logger logger{};                      // the kubelet's diagnostics (pods that fail to start or stop)
+    Logger logger{};  // the kubelet's diagnostics (pods that fail to start or stop)
 };
 
 // Faults injected into API responses, for tests. Thread-safe.
@@ -101,6 +101,10 @@ public:
     void clear_faults();
     void expire_continue_tokens();  // every outstanding continue token now yields 410
     void expire_watches();          // every open watch gets an ERROR 410 and ends
+    // The API server as if restarted: its listener closes and every connection to it is cut
+    // (watches, exec and port-forward streams included; no close frames); `down` later it listens
+    // again on the same port. Objects and pods stay. Returns once the connections are cut.
+    void restart_api_server(std::chrono::milliseconds down);
     // The sandbox router as if restarted: every connection through it is cut (requests in
     // flight fail, their commands keep running in the pods) and it listens again on its port.
     void restart_router();

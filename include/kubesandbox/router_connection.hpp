@@ -55,6 +55,10 @@ struct TunnelConnectionOptions {
     std::string token{};  // sent as "Authorization: Bearer"; empty = none
     std::size_t max_connections{64};
     std::chrono::milliseconds max_idle{std::chrono::seconds(4)};
+    // When opening a tunnel fails (API server down, pod gone), no new one is tried for 100 ms,
+    // doubling up to this while they keep failing; calls needing one fail at once meanwhile
+    // (errc::connection_failed with the last error). 0 = every call tries.
+    std::chrono::milliseconds open_backoff_max{std::chrono::seconds(5)};
 };
 
 // A connection through the API server: each pooled HTTP connection is a port-forward WebSocket

@@ -10,7 +10,10 @@
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/error.hpp>
 
+#include <algorithm>
 #include <array>
+#include <mutex>
+#include <optional>
 
 namespace kubesandbox {
 
@@ -60,7 +63,9 @@ public:
                 conn = std::move(*idle);
             } else {
                 conn.generation = generation();
+                if (auto paused = backing_off()) co_return fail(std::move(*paused));
                 auto connected = co_await open_(deadline);
+                opened(connected ? nullptr : &connected.error());
                 if (!connected) {
                     Error e = connected.error();
                     // A timeout, or nothing published to connect to (a Gateway without an address), says more as it is.
@@ -110,6 +115,32 @@ public:
 
 private:
     std::uint64_t generation() const { return settings_.generation ? settings_.generation() : 0; }
+
+    // While opens are paused after failures: the error to fail with.
+    std::optional<Error> backing_off() {
+        if (settings_.open_backoff_max.count() == 0) return std::nullopt;
+        std::lock_guard lock(backoff_mutex_);
+        const auto now = steady_clock::now();
+        if (now >= retry_at_) return std::nullopt;
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(retry_at_ - now).count();
+        return make_error(errc::connection_failed, "cannot connect to the router " + settings_.description + ": " +
+                                                       last_open_error_ + " (not tried again for " +
+                                                       std::to_string(left) + " ms)");
+    }
+
+    // Records how an open went: a failure (not the request's own timeout) lengthens the pause.
+    void opened(const Error* failure) {
+        if (settings_.open_backoff_max.count() == 0) return;
+        std::lock_guard lock(backoff_mutex_);
+        if (!failure) {
+            backoff_ = std::chrono::milliseconds(0);
+            return;
+        }
+        if (failure->is(errc::timeout)) return;
+        backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(100), settings_.open_backoff_max);
+        retry_at_ = steady_clock::now() + backoff_;
+        last_open_error_ = failure->message;
+    }
 
     // An idle connection to the current endpoint; those to an older one are closed.
     std::optional<net::PooledConnection> take_current_idle() {
@@ -165,6 +196,10 @@ private:
     PooledConnectionSettings settings_;
     StreamOpener open_;
     net::ConnectionPool pool_;
+    std::mutex backoff_mutex_;
+    std::chrono::milliseconds backoff_{0};
+    steady_clock::time_point retry_at_{};
+    std::string last_open_error_;
 };
 
 }  // namespace

@@ -33,6 +33,10 @@ struct PooledConnectionSettings {
     // The endpoint's generation, when the opener's target can move (a Gateway's address):
     // connections opened under an older one are closed instead of reused. Unset = never moves.
     std::function<std::uint64_t()> generation{};
+    // After an open fails (other than by the request's own deadline), no open is tried for
+    // 100 ms, doubling while they keep failing up to this; requests that need a new connection
+    // meanwhile fail at once with the last error instead of piling onto a dead path. 0 = off.
+    std::chrono::milliseconds open_backoff_max{0};
 };
 
 std::shared_ptr<RouterConnection> make_pooled_router_connection(boost::asio::any_io_executor executor,

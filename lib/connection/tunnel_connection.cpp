@@ -53,6 +53,7 @@ Result<std::shared_ptr<RouterConnection>> make_tunnel_connection(KubeClient& cli
     settings.host = "localhost:" + std::to_string(options.port);
     settings.max_connections = options.max_connections;
     settings.max_idle = options.max_idle;
+    settings.open_backoff_max = options.open_backoff_max;
     StreamOpener open;
     if (options.service.empty()) {
         auto impl = KubeClientAccess::impl(client);

@@ -8,6 +8,7 @@
 #include "local/kubelet.hpp"
 #include "local/router.hpp"
 #include "local/router_objects.hpp"
+#include "local/severable_stream.hpp"
 #include "local/store.hpp"
 #include "local/tls_certs.hpp"
 #include "net/any_stream.hpp"
@@ -105,6 +106,8 @@ struct LocalCluster::Impl {
     asio::executor_work_guard<asio::io_context::executor_type> work{ioc.get_executor()};
     std::optional<asio::ssl::context> ssl;
     std::optional<tcp::acceptor> acceptor;
+    tcp::endpoint listen_endpoint;
+    local::SeverableStreams accepted;  // every API connection, cut by restart_api_server()
     std::unique_ptr<local::ApiServer> api;
     std::unique_ptr<local::Kubelet> kubelet;
     std::unique_ptr<local::SandboxRouter> router;
@@ -117,6 +120,7 @@ struct LocalCluster::Impl {
     std::string router_url;
     std::thread thread;
     bool stopped = false;
+    bool closing = false;  // stop() has begun (on the executor)
     std::mutex stop_mutex;
 
     Result<std::uint16_t> start_router(std::uint16_t port) {
@@ -165,7 +169,7 @@ struct LocalCluster::Impl {
         } else {
             stream = net::AnyStream::tcp(std::move(socket));
         }
-        co_await api->serve(std::move(stream));
+        co_await api->serve(accepted.track(std::move(stream)));
     }
 };
 
@@ -228,6 +232,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
     if (ec)
         return fail(make_error(ec, "cannot listen on " + options.bind_address + ":" + std::to_string(options.port)));
     impl->port = impl->acceptor->local_endpoint().port();
+    impl->listen_endpoint = impl->acceptor->local_endpoint();
     std::string host = address.is_v6() ? "[" + options.bind_address + "]" : options.bind_address;
     if (address.is_unspecified()) host = address.is_v6() ? "[::1]" : "127.0.0.1";
     impl->url = std::string(options.tls ? "https://" : "http://") + host + ":" + std::to_string(impl->port);
@@ -330,6 +335,7 @@ void LocalCluster::stop() {
     if (raw->thread.joinable()) {
         std::promise<void> done;
         asio::post(raw->ioc, [raw, &done] {
+            raw->closing = true;
             error_code ec;
             raw->acceptor->close(ec);
             raw->router->stop();
@@ -398,6 +404,33 @@ Result<void> LocalCluster::write_kubeconfig(const std::filesystem::path& path) c
 Result<void> LocalCluster::write_router_config(const std::filesystem::path& path) const {
     boost::json::object config{{"url", impl_->router_url}, {"token", impl_->token}};
     return write_private_file(path, boost::json::serialize(config) + "\n");
+}
+
+void LocalCluster::restart_api_server(std::chrono::milliseconds down) {
+    std::promise<void> done;
+    Impl* raw = impl_.get();
+    asio::post(raw->ioc, [raw, &done, down] {
+        error_code ec;
+        raw->acceptor->close(ec);
+        raw->accepted.sever_all();
+        auto timer = std::make_shared<asio::steady_timer>(raw->ioc, down);
+        timer->async_wait([raw, timer](error_code wait_ec) {
+            if (wait_ec || raw->closing) return;
+            error_code e;
+            raw->acceptor.emplace(raw->ioc);
+            raw->acceptor->open(raw->listen_endpoint.protocol(), e);
+            if (!e) raw->acceptor->set_option(tcp::acceptor::reuse_address(true), e);
+            if (!e) raw->acceptor->bind(raw->listen_endpoint, e);
+            if (!e) raw->acceptor->listen(asio::socket_base::max_listen_connections, e);
+            if (e) {
+                raw->options.logger.warning("local cluster: API server restart: cannot listen again: " + e.message());
+                return;
+            }
+            asio::co_spawn(raw->ioc, raw->accept_loop(), asio::detached);
+        });
+        done.set_value();
+    });
+    done.get_future().wait();
 }
 
 void LocalCluster::restart_router() {

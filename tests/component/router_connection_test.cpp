@@ -2,10 +2,16 @@
 // connection reused, bodies streamed to the sink whatever their framing, and every failure typed.
 #include <kubesandbox/router_sandbox.hpp>
 
+#include "connection/pooled_connection.hpp"
 #include "connection/router_connection.hpp"
+#include "net/connector.hpp"
 
 #include "../support/fake_server.hpp"
 #include "../support/run_test.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <gtest/gtest.h>
 
@@ -139,6 +145,61 @@ TEST_F(RouterConnectionTest, FailuresAreTyped) {
         Collect f;
         status = co_await send(*c, r, f, 5000ms);
         EXPECT_TRUE(!status && status.error().code == errc::invalid_argument);
+    });
+}
+
+// A path that keeps failing is not hammered: opens pause 100 ms, doubling, and the calls in
+// between fail at once with the last error; the first open that works ends the pause.
+TEST_F(RouterConnectionTest, FailedOpensPauseWithBackOff) {
+    FakeServer server(io_, [&](const FakeRequest&) { return FakeReply(test::http_response(200, "ok")); });
+    int opens = 0;
+    int failing = 3;
+    PooledConnectionSettings settings;
+    settings.description = "test path";
+    settings.host = "test";
+    settings.open_backoff_max = 400ms;
+    const std::string port = server.url().substr(server.url().rfind(':') + 1);
+    StreamOpener open = [&](std::chrono::steady_clock::time_point deadline) -> asio::awaitable<Result<net::AnyStream>> {
+        ++opens;
+        if (failing-- > 0) co_return fail(errc::connection_failed, "refused #" + std::to_string(opens));
+        net::ConnectTarget target;
+        target.tls = false;
+        target.host = "127.0.0.1";
+        target.port = port;
+        co_return co_await net::connect(io_.get_executor(), target, deadline);
+    };
+    auto c = make_pooled_router_connection(io_.get_executor(), settings, open);
+    run([&]() -> asio::awaitable<void> {
+        RouterRequest r;
+        r.target = "/x";
+        auto attempt = [&]() -> asio::awaitable<Result<unsigned>> {
+            Collect sink;
+            co_return co_await send(*c, r, sink, 2000ms);
+        };
+        auto pause = [&](std::chrono::milliseconds d) -> asio::awaitable<void> {
+            asio::steady_timer t(io_, d);
+            co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+        };
+        auto first = co_await attempt();
+        EXPECT_TRUE(!first && first.error().code == errc::connection_failed);
+        auto paused = co_await attempt();
+        EXPECT_TRUE(!paused && paused.error().message.find("refused #1 (not tried again for") != std::string::npos)
+            << (paused ? "sent" : paused.error().message);
+        EXPECT_EQ(opens, 1);
+        co_await pause(150ms);  // past 100 ms: tried again, fails, pauses 200 ms
+        EXPECT_FALSE(co_await attempt());
+        EXPECT_EQ(opens, 2);
+        EXPECT_FALSE(co_await attempt());
+        EXPECT_EQ(opens, 2);
+        co_await pause(250ms);  // past 200 ms: fails again, pauses 400 ms (the cap)
+        EXPECT_FALSE(co_await attempt());
+        EXPECT_EQ(opens, 3);
+        EXPECT_FALSE(co_await attempt());
+        EXPECT_EQ(opens, 3);
+        co_await pause(450ms);
+        auto works = co_await attempt();
+        EXPECT_TRUE(works && *works == 200u) << (works ? "" : works.error().describe());
+        EXPECT_EQ(opens, 4);
     });
 }
 
