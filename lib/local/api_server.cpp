@@ -17,6 +17,7 @@
 #include "local/api_server_impl.hpp"
 #include "local/kubelet.hpp"
 #include "local/store.hpp"
+#include "net/forwarding_stream.hpp"
 #include "proto/label_selector.hpp"
 #include "proto/status.hpp"
 #include "util/json_access.hpp"
@@ -37,16 +38,18 @@ struct Conn {
 // were written. Works below every protocol (HTTP, chunked watch, WebSocket, SPDY), so the
 // kubelet's streams honour it without knowing. State is shared with pending handlers, which may
 // complete after the wrapper is gone.
-class CutAfterBytes final : public net::AnyStream::Impl {
+struct CutState {
+    net::AnyStream inner;
+    std::size_t left = 0;
+};
+
+class CutAfterBytes final : public net::ForwardingStream<CutState> {
 public:
-    CutAfterBytes(net::AnyStream inner, std::size_t budget) : s_(std::make_shared<State>()) {
+    CutAfterBytes(net::AnyStream inner, std::size_t budget) : ForwardingStream(std::make_shared<CutState>()) {
         s_->inner = std::move(inner);
         s_->left = budget;
     }
-    ~CutAfterBytes() override { s_->inner.close(); }
 
-    asio::any_io_executor executor() override { return s_->inner.get_executor(); }
-    void read_some(asio::mutable_buffer b, net::IoHandler h) override { s_->inner.async_read_some(b, std::move(h)); }
     void write_some(const net::ConstBufferList& b, net::IoHandler h) override {
         if (s_->left == 0) {
             s_->inner.close();
@@ -62,20 +65,6 @@ public:
                                        std::move(h)(ec, written);
                                    });
     }
-    void handshake(net::DoneHandler h) override { s_->inner.async_handshake(std::move(h)); }
-    void shutdown(net::DoneHandler h) override { s_->inner.async_shutdown(std::move(h)); }
-    void close() noexcept override { s_->inner.close(); }
-    void expires_after(std::chrono::steady_clock::duration d) override { s_->inner.expires_after(d); }
-    void expires_never() override { s_->inner.expires_never(); }
-    bool idle_alive() override { return s_->inner.idle_alive(); }
-    bool is_tls() const noexcept override { return s_->inner.is_tls(); }
-
-private:
-    struct State {
-        net::AnyStream inner;
-        std::size_t left = 0;
-    };
-    std::shared_ptr<State> s_;
 };
 
 std::string serialize_head(unsigned status, const std::vector<std::pair<std::string, std::string>>& headers) {

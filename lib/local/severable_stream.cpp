@@ -1,5 +1,7 @@
 #include "local/severable_stream.hpp"
 
+#include "net/forwarding_stream.hpp"
+
 #include <algorithm>
 
 namespace kubesandbox::local {
@@ -13,27 +15,7 @@ struct SeverableStreams::State {
 namespace {
 
 // Forwards everything; the registry holds the state weakly.
-class Severable final : public net::AnyStream::Impl {
-public:
-    explicit Severable(std::shared_ptr<SeverableStreams::State> s) : s_(std::move(s)) {}
-    ~Severable() override { s_->inner.close(); }
-
-    asio::any_io_executor executor() override { return s_->inner.get_executor(); }
-    void read_some(asio::mutable_buffer b, net::IoHandler h) override { s_->inner.async_read_some(b, std::move(h)); }
-    void write_some(const net::ConstBufferList& b, net::IoHandler h) override {
-        s_->inner.async_write_some(b, std::move(h));
-    }
-    void handshake(net::DoneHandler h) override { s_->inner.async_handshake(std::move(h)); }
-    void shutdown(net::DoneHandler h) override { s_->inner.async_shutdown(std::move(h)); }
-    void close() noexcept override { s_->inner.close(); }
-    void expires_after(std::chrono::steady_clock::duration d) override { s_->inner.expires_after(d); }
-    void expires_never() override { s_->inner.expires_never(); }
-    bool idle_alive() override { return s_->inner.idle_alive(); }
-    bool is_tls() const noexcept override { return s_->inner.is_tls(); }
-
-private:
-    std::shared_ptr<SeverableStreams::State> s_;
-};
+using Severable = net::ForwardingStream<SeverableStreams::State>;
 
 }  // namespace
 
