@@ -57,11 +57,16 @@ Result<void> choose_agent_connection(const AgentConnectionFlags& flags, const Lo
         agent.tunnel_to_pods = true;
         return {};
     }
+    if (how == "pod-direct") {
+        agent.direct_to_pods = true;
+        return {};
+    }
     const bool gateway = how == "gateway", in_cluster = how == "in-cluster", tunnel = how == "tunnel",
                kubectl = how == "kubectl-tunnel";
     if (how != "direct" && !gateway && !in_cluster && !tunnel && !kubectl)
         return fail(errc::invalid_config,
-                    "--connection must be direct, in-cluster, gateway, tunnel, kubectl-tunnel or pod-tunnel, not '" +
+                    "--connection must be direct, in-cluster, gateway, tunnel, kubectl-tunnel, pod-tunnel or "
+                    "pod-direct, not '" +
                         how + "'");
     // The router: flags, then the environment, then what kubesandbox-local wrote.
     std::string url = flags.router_url, token = flags.router_token;

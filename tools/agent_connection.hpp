@@ -2,7 +2,8 @@
 // in flags, the environment or beside a kubesandbox-local kubeconfig (direct); at the router's
 // cluster DNS name (in-cluster); at the address a Gateway publishes (gateway); through a
 // port-forward to the router's Service via the API server (tunnel) or via a kubectl child
-// (kubectl-tunnel); or through a port-forward to each sandbox's own pod (pod-tunnel, no router).
+// (kubectl-tunnel); or with no router, a port-forward to each sandbox's pod (pod-tunnel) or, inside
+// the cluster, its address (pod-direct).
 #pragma once
 
 #include <kubesandbox/agent_sandbox_provider.hpp>
@@ -16,7 +17,8 @@ class LocalCluster;
 namespace kubesandbox::cli {
 
 struct AgentConnectionFlags {
-    std::string connection{"direct"};  // direct | in-cluster | gateway | tunnel | kubectl-tunnel | pod-tunnel
+    std::string connection{
+        "direct"};  // direct | in-cluster | gateway | tunnel | kubectl-tunnel | pod-tunnel | pod-direct
     std::string router_url, router_token;
     std::string gateway_name{"sandbox-router-gateway"}, gateway_namespace{"default"};
     std::string router_service{"agent-sandbox-system/sandbox-router-svc:8080"};  // NS/NAME[:PORT]
@@ -24,8 +26,8 @@ struct AgentConnectionFlags {
     std::string context;     // --context, for kubectl
 };
 
-// Sets agent.connection (made with `client`'s executor and credentials) or agent.tunnel_to_pods
-// (pod-tunnel). errc::invalid_config
+// Sets agent.connection (made with `client`'s executor and credentials), agent.tunnel_to_pods
+// (pod-tunnel) or agent.direct_to_pods (pod-direct). errc::invalid_config
 // with a message for the user when the router cannot be found or the choice is unknown.
 Result<void> choose_agent_connection(const AgentConnectionFlags& flags, const LocalCluster* cluster, KubeClient& client,
                                      AgentSandboxProviderOptions& agent);

@@ -26,11 +26,15 @@ struct AgentSandboxProviderOptions {
     std::string warm_pool{"python-runtime"};
     std::string template_name{};
     std::string claim_api_version{"v1beta1"};
-    std::shared_ptr<RouterConnection> connection{};  // how requests reach the router (unless tunnel_to_pods)
+    std::shared_ptr<RouterConnection> connection{};  // how requests reach the router (unless *_to_pods)
     // No router: each sandbox is reached through its own port-forward tunnel (through the API
     // server, make_tunnel_connection) to runtime_port in its pod, the Sandbox's namesake
     // (agent-sandbox maps each Sandbox to a Pod of the same name).
     bool tunnel_to_pods{false};
+    // No router, from inside the cluster: each sandbox's runtime at http://ADDRESS:runtime_port,
+    // ADDRESS being the claim's status.sandbox.serviceFQDN when the controller reports one, else
+    // its pod IP, else <sandbox>.<namespace>.svc.cluster.local (one direct connection each).
+    bool direct_to_pods{false};
     std::uint16_t runtime_port{8888};
     std::string base_dir{"/app"};  // the runtime's SANDBOX_BASE_DIR
     bool send_pod_ip{false};       // X-Sandbox-Pod-IP from the claim's status

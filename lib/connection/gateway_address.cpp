@@ -38,7 +38,7 @@ bool plain_hostname(std::string_view name) {
 
 }  // namespace
 
-bool usable_gateway_host(std::string_view value) {
+bool usable_host(std::string_view value) {
     if (value.empty() || value.size() > 253) return false;
     // (inet_pton would read "1.2.3.4\0junk" as 1.2.3.4.)
     for (char c : value)
@@ -61,7 +61,7 @@ Result<GatewayAddress> gateway_address(const json::object& gateway, std::optiona
         for (const auto& a : *addresses) {
             if (!a.is_object()) continue;
             std::string value = util::string_at(a.get_object(), "value");
-            if (usable_gateway_host(value)) {
+            if (usable_host(value)) {
                 chosen.host = std::move(value);
                 found = true;
                 break;

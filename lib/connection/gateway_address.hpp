@@ -19,11 +19,12 @@ struct GatewayAddress {
     bool operator==(const GatewayAddress&) const = default;
 };
 
-// An address a client may connect to: an IPv4/IPv6 literal or a plain DNS hostname. Refused:
+// An address from a status a client may connect to (a Gateway's published address, a pod IP, a
+// Service's FQDN): an IPv4/IPv6 literal or a plain DNS hostname. Refused:
 // anything with '/', '?', '#', '@', ':' (outside an IPv6 literal), spaces or control bytes
 // (the value ends up in a URL), empty labels, labels starting or ending with '-', and
 // hostnames whose labels are all digits or hex (a mangled IP, not a name).
-bool usable_gateway_host(std::string_view value);
+bool usable_host(std::string_view value);
 
 // The first usable status.addresses[].value (its type is ignored, as the agent-sandbox clients
 // do) and the port: `port` when given, else the first listener speaking `protocol` ("HTTP" or

@@ -168,7 +168,7 @@ ERR=$(cat "$TMP/gw.err")
     || fail "missing gateway (rc $rc '$ERR')"
 A --connection pigeon list >/dev/null 2>"$TMP/conn.err"; rc=$?
 ERR=$(cat "$TMP/conn.err")
-[[ $rc == 1 && $ERR == *"direct, in-cluster, gateway, tunnel, kubectl-tunnel or pod-tunnel"* ]] && pass "an unknown --connection is refused" \
+[[ $rc == 1 && $ERR == *"direct, in-cluster, gateway, tunnel, kubectl-tunnel, pod-tunnel or pod-direct"* ]] && pass "an unknown --connection is refused" \
     || fail "unknown --connection (rc $rc '$ERR')"
 # (output captured first: grep -q ending a pipe early would fail it under pipefail)
 OUT=$(A list); [[ $OUT == *$'\n'"agent/1 "* ]] && pass "agent-sandbox list" || fail "agent-sandbox list: $OUT"

@@ -74,3 +74,21 @@ TEST(AgentClaims, InfoUsesOurLabelsAndTheBoundSandbox) {
     EXPECT_EQ(info.instance, "u1");
     EXPECT_EQ(info.labels.at("team"), "a");
 }
+
+TEST(AgentClaims, InClusterAddressPrefersTheServiceThenThePodIpThenTheSandboxName) {
+    auto state = [](std::string_view text) { return as::evaluate_claim(json::parse(text).as_object()); };
+    auto s = state(R"({"metadata":{},"status":{"sandbox":{"name":"pool-x","podIPs":["10.0.0.2"],
+        "serviceFQDN":"pool-x.team.svc.cluster.local"},"conditions":[{"type":"Ready","status":"True"}]}})");
+    EXPECT_EQ(s.service_fqdn, "pool-x.team.svc.cluster.local");
+    EXPECT_EQ(as::in_cluster_url(s, "team", 8888), "http://pool-x.team.svc.cluster.local:8888");
+    s.service_fqdn.clear();
+    EXPECT_EQ(as::in_cluster_url(s, "team", 8888), "http://10.0.0.2:8888");
+    s.pod_ip = "fd00::7";
+    EXPECT_EQ(as::in_cluster_url(s, "team", 9000), "http://[fd00::7]:9000");
+    s.pod_ip.clear();
+    EXPECT_EQ(as::in_cluster_url(s, "team", 8888), "http://pool-x.team.svc.cluster.local:8888");
+    // What a status says is not trusted blindly: a value that is not a plain host is skipped.
+    s.service_fqdn = "evil.example/x?";
+    s.pod_ip = "10.0.0.3@attacker";
+    EXPECT_EQ(as::in_cluster_url(s, "team", 8888), "http://pool-x.team.svc.cluster.local:8888");
+}

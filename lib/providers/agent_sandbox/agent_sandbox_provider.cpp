@@ -133,6 +133,13 @@ std::unique_ptr<Sandbox> make_sandbox(const StatePtr& st, const std::string& cla
         auto made = make_tunnel_connection(st->client, tunnel);
         if (made) connection = *made;  // only fails without a pod or port, both set here
     }
+    if (o.direct_to_pods) {
+        DirectConnectionOptions direct;
+        direct.url = agent_sandbox::in_cluster_url(state, o.namespace_name, o.runtime_port);
+        direct.max_connections = 8;
+        auto made = make_direct_connection(st->client.get_executor(), direct);
+        if (made) connection = *made;  // in_cluster_url only builds valid http:// URLs
+    }
     if (o.runtime) return o.runtime(connection, std::move(r));
     return std::make_unique<RouterSandbox>(connection, std::move(r));
 }
@@ -216,8 +223,9 @@ std::string AgentSandboxProvider::claim_name_for(const std::string& id) { return
 asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOptions request) {
     StatePtr st = state_;
     const auto& o = st->options;
-    if (!o.connection && !o.tunnel_to_pods)
-        co_return fail(errc::invalid_config, "agent-sandbox mode needs a router connection (or tunnel_to_pods)");
+    if (!o.connection && !o.tunnel_to_pods && !o.direct_to_pods)
+        co_return fail(errc::invalid_config,
+                       "agent-sandbox mode needs a router connection (or tunnel_to_pods or direct_to_pods)");
     const bool random = !request.sandbox_id;
     std::string claim = random ? raw::random_pod_name() : std::string();
     if (!random) {

@@ -1,5 +1,7 @@
 #include "providers/agent_sandbox/claims.hpp"
 
+#include "connection/gateway_address.hpp"
+
 #include "providers/raw/pod_state.hpp"
 #include "util/json_access.hpp"
 #include "util/time_format.hpp"
@@ -68,6 +70,7 @@ ClaimState evaluate_claim(const json::object& claim) {
                 s.pod_ip = v;
         }
     }
+    s.service_fqdn = string_at(bound, "serviceFQDN");
     bool ready = false;
     if (const json::array* conds = status ? array_at(*status, "conditions") : nullptr) {
         for (const auto& c : *conds) {
@@ -95,6 +98,15 @@ ClaimState evaluate_claim(const json::object& claim) {
         if (!ready && s.reason == t) s.kind = ClaimState::Kind::failed;
     }
     return s;
+}
+
+std::string in_cluster_url(const ClaimState& state, const std::string& namespace_name, std::uint16_t port) {
+    std::string host;
+    if (usable_host(state.service_fqdn)) host = state.service_fqdn;
+    else if (usable_host(state.pod_ip)) host = state.pod_ip;
+    else host = state.sandbox_name + "." + namespace_name + ".svc.cluster.local";
+    if (host.find(':') != std::string::npos) host = "[" + host + "]";
+    return "http://" + host + ":" + std::to_string(port);
 }
 
 SandboxInfo claim_info(const json::object& claim) {

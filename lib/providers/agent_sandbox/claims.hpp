@@ -22,6 +22,7 @@ struct ClaimState {
     enum class Kind { pending, ready, failed } kind = Kind::pending;
     std::string sandbox_name;  // status.sandbox.name (or the older .Name)
     std::string pod_ip;        // first IPv4 of status.sandbox.podIPs, else the first
+    std::string service_fqdn;  // status.sandbox.serviceFQDN (controllers ≥ 1.0, with a Service)
     std::string reason, message;
 };
 
@@ -29,6 +30,12 @@ struct ClaimState {
 // EnvVarsInjectionRejected, VolumeClaimTemplatesError, ClaimExpired, SandboxExpired,
 // TemplateNotFound, WarmPoolNotFound, PodFailed, PodSucceeded) or the claim being deleted.
 ClaimState evaluate_claim(const boost::json::object& claim);
+
+// Where a client inside the cluster reaches the sandbox's runtime without the router:
+// http://<serviceFQDN>:port when the controller reported one (it follows a replaced pod), else
+// the pod IP, else the Sandbox's DNS name in `namespace_name`. Values that are not a plain
+// hostname or IP are not used.
+std::string in_cluster_url(const ClaimState& state, const std::string& namespace_name, std::uint16_t port);
 
 // pending | running | terminated | failed, as SandboxInfo::status.
 SandboxInfo claim_info(const boost::json::object& claim);
