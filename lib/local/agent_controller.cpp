@@ -30,7 +30,7 @@ namespace {
 
 constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 
-enum Kind { claims, pools, templates, sandboxes, pods, kind_count };
+enum Kind { claims, pools, templates, sandboxes, pods, services, kind_count };
 
 ResourcePath collection(Kind k) {
     switch (k) {
@@ -42,6 +42,8 @@ ResourcePath collection(Kind k) {
             return {"extensions.agents.x-k8s.io", "v1beta1", "sandboxtemplates", "", ""};
         case sandboxes:
             return {"agents.x-k8s.io", "v1beta1", "sandboxes", "", ""};
+        case services:
+            return {"", "v1", "services", "", ""};
         default:
             return {"", "v1", "pods", "", ""};
     }
@@ -198,9 +200,19 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
                 json::object manifest = pod_for_sandbox(*sb);
                 pod = co_await create(pods, string_at(metadata_of(*sb), "namespace"), std::move(manifest));
             }
+            // spec.service: the headless Service named after the Sandbox (deleted when false or expired).
+            const json::object* service = find(services, key);
+            if (service && !controlled_by(*service, uid)) service = nullptr;
+            const auto wants_service = sandbox_wants_service(*sb);
+            if (service && (expired || wants_service == false)) {
+                co_await remove(services, key);
+                service = nullptr;
+            } else if (!service && !expired && wants_service.value_or(false) && !find(services, key)) {
+                service = co_await create(services, string_at(metadata_of(*sb), "namespace"), service_for_sandbox(*sb));
+            }
             const json::object* current = find(sandboxes, key);
             if (!current) continue;
-            co_await write_status(sandboxes, key, sandbox_status(*current, pod, expired, now));
+            co_await write_status(sandboxes, key, sandbox_status(*current, pod, expired, now, service));
         }
     }
 
@@ -444,7 +456,7 @@ void AgentController::start(std::function<void()> defaults_created) {
     } else if (defaults_created) {
         defaults_created();
     }
-    for (Kind k : {claims, pools, templates, sandboxes, pods})
+    for (Kind k : {claims, pools, templates, sandboxes, pods, services})
         asio::co_spawn(impl->executor, impl->watch_loop(k), asio::detached);
     asio::co_spawn(impl->executor, impl->reconcile_loop(), asio::detached);
 }

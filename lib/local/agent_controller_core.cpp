@@ -3,6 +3,7 @@
 #include "util/json_access.hpp"
 #include "util/time_format.hpp"
 
+#include <cctype>
 #include <cstdio>
 
 namespace kubesandbox::local::agents {
@@ -104,8 +105,8 @@ json::array set_condition(const json::array& conditions, std::string_view type, 
     return out;
 }
 
-json::object sandbox_status(const json::object& sandbox, const json::object* pod, bool expired,
-                            const std::string& now) {
+json::object sandbox_status(const json::object& sandbox, const json::object* pod, bool expired, const std::string& now,
+                            const json::object* service) {
     const auto& md = metadata_of(sandbox);
     const json::object* old_status = object_at(sandbox, "status");
     const json::array* old_conditions = old_status ? array_at(*old_status, "conditions") : nullptr;
@@ -155,14 +156,21 @@ json::object sandbox_status(const json::object& sandbox, const json::object* pod
             message = "Pod is Running but not Ready";
         } else if (ips.empty()) {
             message = "Pod is Ready but has no podIPs yet";
+        } else if (sandbox_wants_service(sandbox).value_or(false) && !service) {
+            message = "Pod is Ready; Service does not exist yet";
         } else {
             ready = true;
             reason = "DependenciesReady";
-            message = "Pod is Ready";
+            message = service ? "Pod is Ready; Service Exists" : "Pod is Ready";
         }
         status["nodeName"] = string_at(object_at(*pod, "spec"), "nodeName");
     }
     if (!ips.empty()) status["podIPs"] = std::move(ips);
+    if (service && !expired) {
+        const auto& smd = metadata_of(*service);
+        status["service"] = string_at(smd, "name");
+        status["serviceFQDN"] = string_at(smd, "name") + "." + string_at(smd, "namespace") + ".svc.cluster.local";
+    }
     status["conditions"] =
         set_condition(old_conditions ? *old_conditions : none, "Ready", ready, reason, message, generation, now);
     return status;
@@ -177,6 +185,51 @@ bool sandbox_ready(const json::object& sandbox) {
             return string_at(c.get_object(), "status") == "True";
     }
     return false;
+}
+
+std::optional<bool> sandbox_wants_service(const json::object& sandbox) {
+    const json::object* spec = object_at(sandbox, "spec");
+    const json::value* v = spec ? spec->if_contains("service") : nullptr;
+    if (!v || !v->is_bool()) return std::nullopt;
+    return v->get_bool();
+}
+
+json::object service_for_sandbox(const json::object& sandbox) {
+    const auto& md = metadata_of(sandbox);
+    const std::string name = string_at(md, "name");
+    json::array ports;
+    const json::object* spec = object_at(sandbox, "spec");
+    const json::object* pod_template = spec ? object_at(*spec, "podTemplate") : nullptr;
+    const json::object* pod_spec = pod_template ? object_at(*pod_template, "spec") : nullptr;
+    if (const json::array* containers = pod_spec ? array_at(*pod_spec, "containers") : nullptr) {
+        for (const auto& c : *containers) {
+            const json::array* cports = c.is_object() ? array_at(c.get_object(), "ports") : nullptr;
+            if (!cports) continue;
+            for (const auto& p : *cports) {
+                if (!p.is_object()) continue;
+                auto number = util::int_at(&p.get_object(), "containerPort");
+                if (!number) continue;
+                std::string protocol = string_at(p.get_object(), "protocol");
+                if (protocol.empty()) protocol = "TCP";
+                std::string port_name = string_at(p.get_object(), "name");
+                if (port_name.empty()) {
+                    std::string lower = protocol;
+                    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+                    port_name = "p-" + std::to_string(*number) + "-" + lower;
+                }
+                ports.push_back(json::object{
+                    {"name", port_name}, {"port", *number}, {"targetPort", *number}, {"protocol", protocol}});
+            }
+        }
+    }
+    return json::object{{"apiVersion", "v1"},
+                        {"kind", "Service"},
+                        {"metadata", json::object{{"name", name},
+                                                  {"namespace", string_at(md, "namespace")},
+                                                  {"ownerReferences", json::array{controller_ref(sandbox)}}}},
+                        {"spec", json::object{{"clusterIP", "None"},
+                                              {"selector", json::object{{name_hash_label, name_hash(name)}}},
+                                              {"ports", std::move(ports)}}}};
 }
 
 json::array sandbox_pod_ips(const json::object& sandbox) {
@@ -382,11 +435,13 @@ json::object claim_status(const json::object& claim, const json::object* sandbox
     json::object bound{{"name", string_at(metadata_of(*sandbox), "name")}};
     json::array ips = sandbox_pod_ips(*sandbox);
     if (!ips.empty()) bound["podIPs"] = std::move(ips);
+    const json::object* sb_status = object_at(*sandbox, "status");
+    // As controllers from v1.0 do: clients inside the cluster reach the sandbox by this name.
+    if (std::string fqdn = string_at(sb_status, "serviceFQDN"); !fqdn.empty()) bound["serviceFQDN"] = fqdn;
     status["sandbox"] = std::move(bound);
     // The Sandbox's Ready condition, forwarded.
     bool ready = false;
     std::string r = "SandboxNotReady", m = "Sandbox is not ready";
-    const json::object* sb_status = object_at(*sandbox, "status");
     if (const json::array* conds = sb_status ? array_at(*sb_status, "conditions") : nullptr) {
         for (const auto& c : *conds) {
             if (!c.is_object() || string_at(c.get_object(), "type") != "Ready") continue;

@@ -43,8 +43,17 @@ json::array set_condition(const json::array& conditions, std::string_view type, 
                           std::string_view message, std::int64_t generation, const std::string& now);
 
 // The Sandbox's status from its Pod (null when there is none) and expiry.
-json::object sandbox_status(const json::object& sandbox, const json::object* pod, bool expired, const std::string& now);
+json::object sandbox_status(const json::object& sandbox, const json::object* pod, bool expired, const std::string& now,
+                            const json::object* service = nullptr);
 bool sandbox_ready(const json::object& sandbox);
+
+// spec.service: true = the Sandbox wants its headless Service, false = delete it, unset = keep
+// whatever exists (create none).
+std::optional<bool> sandbox_wants_service(const json::object& sandbox);
+
+// That Service: named after the Sandbox and owned by it, headless, selecting its pod by name
+// hash, one port per container port (named after it, else p-<port>-<protocol>).
+json::object service_for_sandbox(const json::object& sandbox);
 json::array sandbox_pod_ips(const json::object& sandbox);
 
 // A warm pool's Sandbox: generateName "<pool>-", the template's blueprint, owned by the pool.

@@ -177,6 +177,86 @@ TEST_F(AgentSandboxTest, TerminalReasonsFailFastAndLeaveNoClaim) {
     });
 }
 
+// A template with spec.service: true (built outside the coroutine: g++ 12 and braced JSON).
+json::object service_template() {
+    json::object container{{"name", "runtime"},
+                           {"image", "busybox-runtime"},
+                           {"ports", json::array{json::object{{"containerPort", 8888}}}},
+                           {"readinessProbe", json::object{{"httpGet", json::object{{"path", "/"}, {"port", 8888}}},
+                                                           {"periodSeconds", 1}}}};
+    return json::object{
+        {"apiVersion", "extensions.agents.x-k8s.io/v1beta1"},
+        {"kind", "SandboxTemplate"},
+        {"metadata", json::object{{"name", "with-service"}}},
+        {"spec",
+         json::object{{"service", true},
+                      {"podTemplate", json::object{{"spec", json::object{{"containers", json::array{container}}}}}}}}};
+}
+
+json::object service_pool() {
+    return json::object{
+        {"apiVersion", "extensions.agents.x-k8s.io/v1beta1"},
+        {"kind", "SandboxWarmPool"},
+        {"metadata", json::object{{"name", "with-service"}}},
+        {"spec", json::object{{"replicas", 0}, {"sandboxTemplateRef", json::object{{"name", "with-service"}}}}}};
+}
+
+// spec.service: the controller gives the Sandbox a headless Service, reports its FQDN on the
+// claim, and that Service leads to the sandbox (here through a tunnel to it).
+TEST_F(AgentSandboxTest, ASandboxWithAServiceIsReachedThroughItsServiceAndReportsItsName) {
+    run([&]() -> asio::awaitable<void> {
+        auto kube = client();
+        ResourcePath templates{"extensions.agents.x-k8s.io", "v1beta1", "sandboxtemplates", "default", ""};
+        ResourcePath pools{"extensions.agents.x-k8s.io", "v1beta1", "sandboxwarmpools", "default", ""};
+        EXPECT_TRUE(co_await kube.create(templates, service_template()));
+        EXPECT_TRUE(co_await kube.create(pools, service_pool()));
+        auto options = busybox();
+        options.warm_pool = "with-service";
+        auto p = provider(options);
+        GetOrCreateOptions o;
+        o.sandbox_id = "with-service-1";
+        auto a = co_await p->acquire(o);
+        EXPECT_TRUE(a) << (a ? "" : a.error().describe());
+        if (!a) co_return;
+        ResourcePath claims{"extensions.agents.x-k8s.io", "v1beta1", "sandboxclaims", "default", ""};
+        auto claim = co_await kube.get(claims.with_name(AgentSandboxProvider::claim_name_for("with-service-1")));
+        EXPECT_TRUE(claim);
+        if (!claim) co_return;
+        const auto& bound = claim->at("status").at("sandbox").as_object();
+        const std::string sandbox_name(bound.at("name").as_string());
+        EXPECT_EQ(bound.at("serviceFQDN"), json::value(sandbox_name + ".default.svc.cluster.local"));
+        ResourcePath services{"", "v1", "services", "default", ""};
+        auto service = co_await kube.get(services.with_name(sandbox_name));
+        EXPECT_TRUE(service && service->at("spec").at("clusterIP") == "None");
+        TunnelConnectionOptions tunnel;
+        tunnel.service = sandbox_name;
+        tunnel.port = 8888;
+        auto connection = make_tunnel_connection(kube, tunnel);
+        EXPECT_TRUE(connection);
+        if (!connection) co_return;
+        RouterSandboxOptions sb_options;
+        sb_options.sandbox_name = sandbox_name;
+        RouterSandbox through_service(*connection, sb_options);
+        Result<ExecuteResponse> r = fail(errc::timeout, "not run");
+        for (int i = 0; i < 100; ++i) {  // until the EndpointSlice lists the pod
+            r = co_await through_service.execute("echo via-sandbox-service", 10s);
+            if (r) break;
+            co_await test::sleep_for(50ms);
+        }
+        EXPECT_TRUE(r && r->output == "via-sandbox-service\n") << (r ? r->output : r.error().describe());
+        EXPECT_TRUE(co_await p->delete_sandbox("with-service-1"));
+        bool gone = false;
+        for (int i = 0; i < 200 && !gone; ++i) {
+            auto left = co_await kube.get(services.with_name(sandbox_name));
+            gone = !left && left.error().is(errc::not_found);
+            if (!gone) co_await test::sleep_for(50ms);
+        }
+        EXPECT_TRUE(gone);
+        co_await kube.remove(pools.with_name("with-service"));
+        co_await kube.remove(templates.with_name("with-service"));
+    });
+}
+
 TEST_F(AgentSandboxTest, TwoProvidersAskingForOneThreadShareOneClaim) {
     auto p1 = provider(busybox());
     auto p2 = provider(busybox());

@@ -820,6 +820,7 @@ TEST(LocalApi, FaultInjection) {
     EXPECT_EQ(h.get(cms).status, 200u);  // count 1: used up
 
     FaultRule five;
+    five.path_contains = "/configmaps";  // not the cluster's own controllers' requests
     five.status = 503;
     five.method = "POST";
     five.count = -1;
@@ -833,6 +834,7 @@ TEST(LocalApi, FaultInjection) {
     EXPECT_EQ(h.post(cms, configmap("f")).status, 201u);
 
     FaultRule drop;
+    drop.path_contains = "/configmaps";  // not the cluster's own controllers' requests
     drop.action = FaultRule::Action::drop_before_response;
     c->add_fault(drop);
     auto d = h.get(cms);
@@ -840,6 +842,7 @@ TEST(LocalApi, FaultInjection) {
     EXPECT_EQ(d.status, 0u);
 
     FaultRule mid;
+    mid.path_contains = "/configmaps";  // not the cluster's own controllers' requests
     mid.action = FaultRule::Action::drop_mid_body;
     c->add_fault(mid);
     auto m = h.get(cms);
@@ -847,6 +850,7 @@ TEST(LocalApi, FaultInjection) {
     EXPECT_EQ(m.status, 200u);
 
     FaultRule slow;
+    slow.path_contains = "/configmaps";  // not the cluster's own controllers' requests
     slow.action = FaultRule::Action::latency;
     slow.latency = std::chrono::milliseconds(300);
     c->add_fault(slow);

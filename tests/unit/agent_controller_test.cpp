@@ -132,3 +132,37 @@ TEST(AgentController, ShutdownTimes) {
     EXPECT_FALSE(ag::shutdown_time(claim, false));
     EXPECT_FALSE(ag::shutdown_time(obj(R"({"spec":{"shutdownTime":"soon"}})"), false));
 }
+
+TEST(AgentController, ASandboxThatWantsAServiceIsReadyWithItAndTheClaimCarriesItsName) {
+    auto sb = obj(R"({"apiVersion":"agents.x-k8s.io/v1beta1","kind":"Sandbox",
+        "metadata":{"name":"s1","namespace":"team","uid":"su","generation":1},
+        "spec":{"service":true,"podTemplate":{"spec":{"containers":[
+            {"name":"rt","ports":[{"containerPort":8888},{"name":"grpc","containerPort":9090,"protocol":"TCP"}]}]}}}})");
+    EXPECT_EQ(ag::sandbox_wants_service(sb), true);
+    EXPECT_EQ(ag::sandbox_wants_service(obj(R"({"spec":{}})")), std::nullopt);
+    EXPECT_EQ(ag::sandbox_wants_service(obj(R"({"spec":{"service":false}})")), false);
+    auto service = ag::service_for_sandbox(sb);
+    EXPECT_EQ(service.at("metadata").at("name"), "s1");
+    EXPECT_EQ(service.at("metadata").at("namespace"), "team");
+    EXPECT_EQ(service.at("metadata").at("ownerReferences").as_array()[0].at("uid"), "su");
+    EXPECT_EQ(service.at("spec").at("clusterIP"), "None");
+    EXPECT_EQ(service.at("spec").at("selector").at(ag::name_hash_label).as_string(), ag::name_hash("s1"));
+    EXPECT_EQ(json::serialize(service.at("spec").at("ports")),
+              R"([{"name":"p-8888-tcp","port":8888,"targetPort":8888,"protocol":"TCP"},)"
+              R"({"name":"grpc","port":9090,"targetPort":9090,"protocol":"TCP"}])");
+    auto pod = obj(
+        R"({"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}],"podIPs":[{"ip":"10.0.0.9"}]}})");
+    // Not Ready until the Service exists.
+    auto waiting = ag::sandbox_status(sb, &pod, false, "2026-01-01T00:00:05Z");
+    EXPECT_EQ(waiting.at("conditions").as_array()[0].at("status"), "False");
+    EXPECT_EQ(waiting.at("conditions").as_array()[0].at("message"), "Pod is Ready; Service does not exist yet");
+    EXPECT_FALSE(waiting.contains("serviceFQDN"));
+    auto ready = ag::sandbox_status(sb, &pod, false, "2026-01-01T00:00:06Z", &service);
+    EXPECT_EQ(ready.at("conditions").as_array()[0].at("message"), "Pod is Ready; Service Exists");
+    EXPECT_EQ(ready.at("service"), "s1");
+    EXPECT_EQ(ready.at("serviceFQDN"), "s1.team.svc.cluster.local");
+    sb["status"] = ready;
+    auto claim = obj(R"({"metadata":{"name":"c","generation":1}})");
+    auto forwarded = ag::claim_status(claim, &sb, "", "", "2026-01-01T00:00:07Z");
+    EXPECT_EQ(forwarded.at("sandbox").at("serviceFQDN"), "s1.team.svc.cluster.local");
+}
