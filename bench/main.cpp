@@ -1,7 +1,8 @@
 // Macro benchmarks against the embedded local cluster (issues 3 and 4): pod create -> Ready,
 // cold create vs warm-pool claim, exec round trip, exec stdout throughput, list paging, many
 // concurrent executes on one io_context thread, the SandboxManager (issue 9) and the file
-// operations (issue 13), agent-sandbox mode (8) and tunnels, native vs kubectl (9). Where a
+// operations (issue 13), agent-sandbox mode (8), tunnels, native vs kubectl (9), and the example
+// agent host against the library (10). Where a
 // peer exists (real kubectl) it is measured in the same run against the same cluster, so ratios
 // compare like with like.
 //
@@ -90,6 +91,13 @@ int main(int argc, char** argv) {
     std::string mode = "full";
     std::set<int> only;
     std::string json_path;
+    // The example agent host (scenario 10): beside this program in the build tree by default.
+    std::string server_program;
+    {
+        std::error_code ec;
+        auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+        if (!ec) server_program = (self.parent_path().parent_path() / "examples" / "sandbox_server").string();
+    }
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--quick") {
@@ -100,12 +108,15 @@ int main(int argc, char** argv) {
             mode = "smoke";
         } else if (a.rfind("--json=", 0) == 0) {
             json_path = a.substr(7);
+        } else if (a.rfind("--sandbox-server=", 0) == 0) {
+            server_program = a.substr(17);
         } else if (a.rfind("--only=", 0) == 0) {
             std::stringstream ss(a.substr(7));
             std::string item;
             while (std::getline(ss, item, ',')) only.insert(std::atoi(item.c_str()));
         } else {
-            std::cerr << "usage: kubesandbox_bench [--quick | --smoke] [--only=1,2,3,4,5,6,7,8,9] [--json=FILE]\n";
+            std::cerr << "usage: kubesandbox_bench [--quick | --smoke] [--only=1,2,...,10] [--sandbox-server=PATH] "
+                         "[--json=FILE]\n";
             return 2;
         }
     }
@@ -168,6 +179,7 @@ int main(int argc, char** argv) {
         if (want(7)) scenario_files(io, *cluster, sz);
         if (want(8)) scenario_agent_sandbox(io, *cluster, sz);
         if (want(9)) scenario_tunnels(io, *cluster, env, sz);
+        if (want(10)) scenario_server(io, *cluster, env, sz, server_program);
         if (want(4)) scenario_list(io, *cluster, env, sz);  // last: 10,000 pods slow down the rest
     }
 

@@ -68,6 +68,7 @@ Sizes quick_sizes() {
     s.concurrent_sandboxes = 5;
     s.manager_threads = 10;
     s.manager_entries = 10'000;
+    s.server_clients = 16;
     return s;
 }
 
@@ -84,6 +85,7 @@ Sizes smoke_sizes() {
     s.concurrent_sandboxes = 2;
     s.manager_threads = 3;
     s.manager_entries = 1000;
+    s.server_clients = 3;
     return s;
 }
 

@@ -39,6 +39,7 @@ struct Sizes {
     int concurrent_sandboxes = 50;
     int manager_threads = 50;       // cold acquisitions, through the manager and direct
     int manager_entries = 100'000;  // bound threads for memory per thread
+    int server_clients = 64;        // concurrent clients of the example server (scenario 10)
 };
 
 struct Summary {
@@ -160,6 +161,8 @@ void scenario_manager(boost::asio::io_context& io, LocalCluster& cluster, const 
 void scenario_files(boost::asio::io_context& io, LocalCluster& cluster, const Sizes& sz);
 void scenario_agent_sandbox(boost::asio::io_context& io, LocalCluster& cluster, const Sizes& sz);
 void scenario_tunnels(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
+void scenario_server(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz,
+                     const std::string& server_program);
 int exec_client_main(int argc, char** argv);
 
 }  // namespace kubesandbox::bench
