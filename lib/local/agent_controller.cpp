@@ -105,20 +105,16 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
         co_await mirror(self, watch, cache[kind], stopped, [this] { poke(); });
     }
 
-    asio::awaitable<void> reconcile_loop() {
-        auto self = shared_from_this();
-        while (!stopped) {
-            if (!dirty) {
-                // Time-based work (shutdownTime) is noticed within a second.
-                wake.expires_after(std::chrono::seconds(1));
-                co_await wake.async_wait(tuple_awaitable);
-                if (stopped) break;
-            }
-            dirty = false;
-            co_await reconcile_sandboxes();
-            co_await reconcile_claims();
-            co_await reconcile_pools();
-        }
+    // Time-based work (shutdownTime) is noticed within a second.
+    asio::awaitable<void> run_reconciler() {
+        co_await reconcile_loop(shared_from_this(), wake, dirty, stopped, std::chrono::seconds(1),
+                                [this] { return reconcile_all(); });
+    }
+
+    asio::awaitable<void> reconcile_all() {
+        co_await reconcile_sandboxes();
+        co_await reconcile_claims();
+        co_await reconcile_pools();
     }
 
     const json::object* find(Kind k, const std::string& key) const {
@@ -458,7 +454,7 @@ void AgentController::start(std::function<void()> defaults_created) {
     }
     for (Kind k : {claims, pools, templates, sandboxes, pods, services})
         asio::co_spawn(impl->executor, impl->watch_loop(k), asio::detached);
-    asio::co_spawn(impl->executor, impl->reconcile_loop(), asio::detached);
+    asio::co_spawn(impl->executor, impl->run_reconciler(), asio::detached);
 }
 
 void AgentController::stop() {

@@ -68,17 +68,9 @@ struct EndpointsController::Impl : std::enable_shared_from_this<Impl> {
         });
     }
 
-    asio::awaitable<void> reconcile_loop() {
-        auto self = shared_from_this();
-        while (!stopped) {
-            if (!dirty) {
-                wake.expires_after(std::chrono::seconds(5));
-                co_await wake.async_wait(tuple_awaitable);
-                if (stopped) break;
-            }
-            dirty = false;
-            co_await reconcile();
-        }
+    asio::awaitable<void> run_reconciler() {
+        co_await reconcile_loop(shared_from_this(), wake, dirty, stopped, std::chrono::seconds(5),
+                                [this] { return reconcile(); });
     }
 
     // Desired slices are computed from copies first: the cache changes while requests are out.
@@ -140,7 +132,7 @@ EndpointsController::~EndpointsController() = default;
 
 void EndpointsController::start() {
     for (Kind k : {services, pods, slices}) asio::co_spawn(impl_->executor, impl_->watch_loop(k), asio::detached);
-    asio::co_spawn(impl_->executor, impl_->reconcile_loop(), asio::detached);
+    asio::co_spawn(impl_->executor, impl_->run_reconciler(), asio::detached);
 }
 
 void EndpointsController::stop() {

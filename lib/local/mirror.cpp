@@ -39,4 +39,19 @@ asio::awaitable<void> mirror(std::shared_ptr<void> owner, std::shared_ptr<ListWa
     (void)owner;
 }
 
+asio::awaitable<void> reconcile_loop(std::shared_ptr<void> owner, asio::steady_timer& wake, bool& dirty,
+                                     const bool& stopped, std::chrono::milliseconds period,
+                                     std::function<asio::awaitable<void>()> reconcile) {
+    while (!stopped) {
+        if (!dirty) {
+            wake.expires_after(period);
+            co_await wake.async_wait(asio::as_tuple(asio::use_awaitable));
+            if (stopped) break;
+        }
+        dirty = false;
+        co_await reconcile();
+    }
+    (void)owner;
+}
+
 }  // namespace kubesandbox::local

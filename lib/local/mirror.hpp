@@ -5,8 +5,10 @@
 #include <kubesandbox/kube_client.hpp>
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/json/object.hpp>
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -24,5 +26,11 @@ std::string object_key(const boost::json::object& o);
 // owner alive while this runs.
 boost::asio::awaitable<void> mirror(std::shared_ptr<void> owner, std::shared_ptr<ListWatch> watch, ObjectCache& cache,
                                     const bool& stopped, std::function<void()> changed);
+
+// A controller's loop: `reconcile` each time `dirty` was set (cancel `wake` to be seen at once)
+// and at least every `period`, until `stopped`. `owner` keeps the controller alive meanwhile.
+boost::asio::awaitable<void> reconcile_loop(std::shared_ptr<void> owner, boost::asio::steady_timer& wake, bool& dirty,
+                                            const bool& stopped, std::chrono::milliseconds period,
+                                            std::function<boost::asio::awaitable<void>()> reconcile);
 
 }  // namespace kubesandbox::local
