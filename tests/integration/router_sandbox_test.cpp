@@ -112,8 +112,7 @@ TEST_F(RouterSandboxTest, TimeoutAnswers124AndKillsTheCommandsGroup) {
         // A command that ends in time is not disturbed by its watchdog.
         r = co_await sb->execute("sleep 0.2; echo ok", 5s);
         EXPECT_TRUE(r && r->output == "ok\n" && r->exit_code == 0);
-        // Quick commands leave no watchdog sleep behind (a TERM racing the watchdog's start
-        // once did, about one run in 1,500).
+        // Quick commands leave no watchdog sleep behind (component WatchdogScript runs thousands).
         for (int i = 0; i < 200; ++i) {
             r = co_await sb->execute("true", 1234s);
             if (!r || r->exit_code != 0) break;

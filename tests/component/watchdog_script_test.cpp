@@ -1,0 +1,115 @@
+// The execute wrapper script (runtime_protocol::execute_argv) run as real processes, many at once,
+// outside any sandbox: quick commands must leave no watchdog sleep behind. A signal race here
+// showed up about once in 1,200 runs on a loaded machine, so the test runs thousands in parallel.
+#include "sandbox/runtime_protocol.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <csignal>
+
+extern char** environ;
+
+namespace rp = kubesandbox::runtime_protocol;
+
+namespace {
+
+// Runs argv with stdin/stdout/stderr on /dev/null (or stderr into `stderr_path`); the exit status.
+int run_quietly(const std::vector<std::string>& args, const char* stderr_path = "/dev/null") {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 2, stderr_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid = 0;
+    int rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) return -1;
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Live processes whose command line is exactly `sleep <seconds>` (zombies have none).
+std::vector<pid_t> sleepers_now(std::int64_t seconds) {
+    std::string wanted = "sleep";
+    wanted.push_back('\0');
+    wanted += std::to_string(seconds);
+    wanted.push_back('\0');
+    std::vector<pid_t> found;
+    for (auto& entry : std::filesystem::directory_iterator("/proc")) {
+        auto name = entry.path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+        std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (cmdline == wanted) found.push_back(std::stoi(name));
+    }
+    return found;
+}
+
+// Sleeps of `seconds` still alive after a grace period: a KILL already sent may take a moment to
+// land, a sleep left behind lives for days.
+std::vector<pid_t> sleepers(std::int64_t seconds) {
+    auto found = sleepers_now(seconds);
+    for (int i = 0; i < 100 && !found.empty(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        found = sleepers_now(seconds);
+    }
+    return found;
+}
+
+}  // namespace
+
+TEST(WatchdogScript, QuickCommandsLeaveNoSleepBehindUnderLoad) {
+    // A timeout no other process on the machine uses, so its sleeps are ours alone.
+    const std::int64_t timeout = 900000 + getpid() % 90000;
+    constexpr int workers = 4, runs_each = 750;
+    std::atomic<int> wrong_status{0};
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w) {
+        threads.emplace_back([&] {
+            auto argv = rp::execute_argv("exit 3", "M", timeout);
+            for (int i = 0; i < runs_each; ++i)
+                if (run_quietly(argv) != 3) ++wrong_status;
+        });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(wrong_status.load(), 0);
+    auto left = sleepers(timeout);
+    EXPECT_TRUE(left.empty()) << left.size() << " watchdog sleeps left after " << workers * runs_each << " commands";
+    for (pid_t pid : left) kill(pid, SIGKILL);
+}
+
+TEST(WatchdogScript, ATimedOutCommandIsReportedAndItsGroupKilled) {
+    const std::int64_t marker_sleep = 800000 + getpid() % 90000;
+    auto path = std::filesystem::temp_directory_path() / ("watchdog-" + std::to_string(getpid()));
+    // The runtime starts each command in its own process group; setsid gives the script one.
+    auto argv = rp::execute_argv("sleep " + std::to_string(marker_sleep) + " & echo started; wait", "M", 1);
+    argv.insert(argv.begin(), {"setsid", "-w"});
+    int status = run_quietly(argv, path.c_str());
+    std::ifstream in(path);
+    std::string err((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::filesystem::remove(path);
+    // The watchdog kills the whole group, the script included, after announcing the timeout.
+    EXPECT_EQ(status, 128 + SIGKILL);
+    EXPECT_NE(err.find("\nM-timeout\n"), std::string::npos) << err;
+    auto left = sleepers(marker_sleep);
+    EXPECT_TRUE(left.empty());
+    for (pid_t pid : left) kill(pid, SIGKILL);
+}
