@@ -76,12 +76,12 @@ Response ApiServer::Impl::list(const Request& req, const Route& r) {
         }
     }
     json::array items;
-    auto it = has_after ? source->upper_bound(after) : source->begin();
+    auto [it, end] = list_range(*source, r.ns, has_after ? &after : nullptr);
     std::optional<ObjectKey> last;
     bool more = false;
     std::int64_t remaining = 0;
     bool selective = !sel.labels.empty() || !sel.fields.empty();
-    for (; it != source->end(); ++it) {
+    for (; it != end; ++it) {
         if (!matches(sel, r.ns, *it->second)) continue;
         if (limit > 0 && static_cast<std::int64_t>(items.size()) >= limit) {
             more = true;
@@ -120,10 +120,11 @@ Response ApiServer::Impl::delete_collection(const Request& req, const Route& r) 
     auto opts = std::get<DeleteOptions>(parsed);
     std::vector<ObjectKey> keys;
     json::array items;
-    for (const auto& [key, obj] : store.objects(t.id()))
-        if (matches(sel, r.ns, *obj)) {
-            keys.push_back(key);
-            items.push_back(present(t, r.version, *obj));
+    auto [first, end] = list_range(store.objects(t.id()), r.ns, nullptr);
+    for (auto it = first; it != end; ++it)
+        if (matches(sel, r.ns, *it->second)) {
+            keys.push_back(it->first);
+            items.push_back(present(t, r.version, *it->second));
         }
     if (!opts.dry_run)
         for (auto& k : keys) delete_object(t, k, opts);

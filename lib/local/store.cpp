@@ -242,6 +242,18 @@ std::optional<ContinueToken> decode_continue(std::string_view text) {
     return t;
 }
 
+std::pair<ObjectMap::const_iterator, ObjectMap::const_iterator> list_range(const ObjectMap& objects,
+                                                                           const std::string& ns,
+                                                                           const ObjectKey* after) {
+    if (ns.empty()) return {after ? objects.upper_bound(*after) : objects.begin(), objects.end()};
+    // ns + '\0' is the least name greater than ns: the next namespace starts there.
+    const ObjectKey next_namespace{ns + '\0', ""};
+    auto end = objects.lower_bound(next_namespace);
+    if (after && !(*after < next_namespace)) return {end, end};
+    if (after && !(*after < ObjectKey{ns, ""})) return {objects.upper_bound(*after), end};
+    return {objects.lower_bound(ObjectKey{ns, ""}), end};
+}
+
 std::string new_uid() {
     std::string h = util::random_hex(16);
     h[12] = '4';

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kubesandbox::local {
@@ -48,6 +49,12 @@ struct ObjectKey {
 
 using ObjectPtr = std::shared_ptr<const boost::json::object>;
 using ObjectMap = std::map<ObjectKey, ObjectPtr>;
+
+// The objects a list reads, in key order: those of namespace `ns` ("" = every namespace), after
+// `after` when given. Keys sort by namespace first, so a namespaced list never walks the others.
+std::pair<ObjectMap::const_iterator, ObjectMap::const_iterator> list_range(const ObjectMap& objects,
+                                                                           const std::string& ns,
+                                                                           const ObjectKey* after);
 
 struct StoreEvent {
     std::uint64_t rv = 0;

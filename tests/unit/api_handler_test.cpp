@@ -272,3 +272,58 @@ TEST_F(ApiHandlerTest, DiscoveryListsCategoriesFromTheKindRules) {
 }
 
 }  // namespace
+
+TEST(StoreListRange, ANamespacedListReadsOnlyItsNamespaceAndResumesAfterTheToken) {
+    ObjectMap objects;
+    for (auto ns : {"a", "a-b", "ab", "b"})
+        for (auto name : {"x", "y"}) objects[ObjectKey{ns, name}] = std::make_shared<const json::object>();
+    auto keys = [&](std::string ns, const ObjectKey* after) {
+        std::vector<std::string> out;
+        auto [it, end] = list_range(objects, ns, after);
+        for (; it != end; ++it) out.push_back(it->first.ns + "/" + it->first.name);
+        return out;
+    };
+    using V = std::vector<std::string>;
+    EXPECT_EQ(keys("a", nullptr), (V{"a/x", "a/y"}));  // not "a-b", whose name starts alike
+    EXPECT_EQ(keys("ab", nullptr), (V{"ab/x", "ab/y"}));
+    EXPECT_EQ(keys("none", nullptr), V{});
+    EXPECT_EQ(keys("", nullptr).size(), 8u);
+    ObjectKey ax{"a", "x"}, before{"0", "z"}, beyond{"b", "x"};
+    EXPECT_EQ(keys("a", &ax), V{"a/y"});
+    EXPECT_EQ(keys("", &ax).front(), "a/y");
+    // Tokens from elsewhere never step outside the namespace.
+    EXPECT_EQ(keys("ab", &before), (V{"ab/x", "ab/y"}));
+    EXPECT_EQ(keys("ab", &beyond), V{});
+}
+
+TEST_F(ApiHandlerTest, PagesOfANamespacedListStayInTheNamespace) {
+    for (auto ns : {"a", "a-b"}) {
+        auto made =
+            respond(http::verb::post, "/api/v1/namespaces", std::string(R"({"metadata":{"name":")") + ns + R"("}})");
+        ASSERT_EQ(made.status, 201u) << made.body;
+        for (auto name : {"c1", "c2", "c3"}) {
+            auto cm = respond(http::verb::post, std::string("/api/v1/namespaces/") + ns + "/configmaps",
+                              std::string(R"({"metadata":{"name":")") + name + R"("}})");
+            ASSERT_EQ(cm.status, 201u) << cm.body;
+        }
+    }
+    std::vector<std::string> seen;
+    std::string token;
+    for (int page = 0; page < 10; ++page) {
+        auto r = respond(http::verb::get,
+                         "/api/v1/namespaces/a/configmaps?limit=2" + (token.empty() ? "" : "&continue=" + token));
+        ASSERT_EQ(r.status, 200u) << r.body;
+        auto o = body_of(r);
+        for (auto& item : o["items"].as_array())
+            seen.push_back(std::string(item.at("metadata").at("namespace").as_string()) + "/" +
+                           std::string(item.at("metadata").at("name").as_string()));
+        auto& meta = o["metadata"].as_object();
+        if (page == 0) {
+            EXPECT_EQ(meta["remainingItemCount"], 1);
+        }
+        auto c = meta.find("continue");
+        if (c == meta.end() || c->value().as_string().empty()) break;
+        token = std::string(c->value().as_string());
+    }
+    EXPECT_EQ(seen, (std::vector<std::string>{"a/c1", "a/c2", "a/c3"}));
+}
