@@ -10,6 +10,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -102,6 +103,8 @@ struct CleanupOptions {
     // Asked for each sandbox about to be reaped for expiry; false keeps it (one in use here).
     // Called on the provider's caller's executor, between listing and deleting.
     std::function<bool(const SandboxInfo&)> may_delete{};
+    // Deletions in flight at once (the client's rate limit still applies); at least 1.
+    std::size_t concurrency{16};
 };
 
 struct CleanupError {

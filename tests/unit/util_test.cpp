@@ -2,6 +2,7 @@
 #include <kubesandbox/error.hpp>
 #include <kubesandbox/logger.hpp>
 
+#include "util/bounded_for_each.hpp"
 #include "util/json_access.hpp"
 #include "util/random.hpp"
 #include "util/time_format.hpp"
@@ -9,6 +10,16 @@
 #include <gtest/gtest.h>
 #include <boost/json/parse.hpp>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -92,3 +103,64 @@ TEST(ErrorClassification, PermanentAndUnknownOutcomes) {
 }
 
 }  // namespace
+
+namespace {
+namespace asio = boost::asio;
+
+// Runs `body` on `threads` threads of one io_context; false when it did not finish in 10 s.
+template <class Body>
+bool run_bounded(int threads, Body body) {
+    asio::io_context io;
+    asio::steady_timer guard(io, 10s);
+    guard.async_wait([&](boost::system::error_code ec) {
+        if (!ec) io.stop();
+    });
+    bool finished = false;
+    asio::co_spawn(io, body(), [&](std::exception_ptr) {
+        finished = true;
+        guard.cancel();
+    });
+    std::vector<std::thread> pool;
+    for (int i = 0; i < threads; ++i) pool.emplace_back([&] { io.run(); });
+    for (auto& t : pool) t.join();
+    return finished;
+}
+}  // namespace
+
+TEST(BoundedForEach, RunsEveryStepWithAtMostLimitInFlightOnOneStrand) {
+    std::vector<int> done;
+    int in_flight = 0, most = 0;
+    bool rethrown = false;
+    bool finished = run_bounded(4, [&]() -> asio::awaitable<void> {
+        // Four threads run the io_context; the steps' unguarded counters stay exact only
+        // because they share a strand.
+        co_await util::bounded_for_each(50, 3, [&](std::size_t i) -> asio::awaitable<void> {
+            ++in_flight;
+            most = std::max(most, in_flight);
+            asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::milliseconds(i % 4));
+            co_await t.async_wait(asio::use_awaitable);
+            done.push_back(static_cast<int>(i));
+            --in_flight;
+        });
+        co_await util::bounded_for_each(0, 3, [&](std::size_t) -> asio::awaitable<void> {
+            throw std::logic_error("no step runs for an empty range");
+            co_return;
+        });
+        try {
+            co_await util::bounded_for_each(10, 0, [&](std::size_t i) -> asio::awaitable<void> {
+                if (i == 4) throw std::runtime_error("step 4");
+                co_return;
+            });
+        } catch (const std::runtime_error&) {
+            rethrown = true;
+        }
+    });
+    ASSERT_TRUE(finished);
+    EXPECT_EQ(most, 3);
+    EXPECT_EQ(in_flight, 0);
+    std::sort(done.begin(), done.end());
+    std::vector<int> all(50);
+    for (int i = 0; i < 50; ++i) all[i] = i;
+    EXPECT_EQ(done, all);
+    EXPECT_TRUE(rethrown);
+}

@@ -5,6 +5,7 @@
 #include "providers/agent_sandbox/claims.hpp"
 #include "providers/raw/manifests.hpp"
 #include "providers/raw/naming.hpp"
+#include "util/bounded_for_each.hpp"
 #include "util/json_access.hpp"
 #include "util/time_format.hpp"
 
@@ -15,6 +16,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
 #include <mutex>
 
 namespace kubesandbox {
@@ -365,6 +367,7 @@ asio::awaitable<Result<CleanupResult>> AgentSandboxProvider::cleanup(CleanupOpti
         auto page = co_await st->client.list(agent_sandbox::claims_path(st->options), lo);
         if (!page) co_return fail(page.error());
         cursor = page->continue_token;
+        std::vector<const json::object*> expired;
         for (const auto& item : page->items) {
             if (!item.is_object()) continue;
             const json::object& claim = item.get_object();
@@ -385,24 +388,31 @@ asio::awaitable<Result<CleanupResult>> AgentSandboxProvider::cleanup(CleanupOpti
                 if (idle && idle->count() >= *ttl_idle) reap = true;
             }
             if (request.max_idle && idle && *idle >= *request.max_idle && info.status == "running") reap = true;
-            if (!reap) continue;
-            if (request.may_delete && !request.may_delete(info)) {
-                ++result.kept;
-                continue;
-            }
-            ResourcePath p = agent_sandbox::claims_path(st->options);
-            DeleteOptions d;
-            d.precondition_resource_version = string_at(metadata_of(claim), "resourceVersion");
-            auto removed = co_await st->client.remove(p.with_name(string_at(metadata_of(claim), "name")), d);
-            if (removed && removed->found) {
-                result.deleted.push_back(info.id);
-            } else if (!removed && !removed.error().is(errc::conflict) && !removed.error().is(errc::not_found)) {
-                result.errors.push_back(CleanupError{info.id, removed.error()});
-            } else {
-                ++result.kept;  // someone else deleted or touched it meanwhile
-            }
+            if (reap) expired.push_back(&claim);
         }
+        // The page's deletions overlap; each asks the caller right before its own delete.
+        co_await util::bounded_for_each(
+            expired.size(), request.concurrency, [&](std::size_t i) -> asio::awaitable<void> {
+                const json::object& claim = *expired[i];
+                auto info = agent_sandbox::claim_info(claim);
+                if (request.may_delete && !request.may_delete(info)) {
+                    ++result.kept;
+                    co_return;
+                }
+                ResourcePath p = agent_sandbox::claims_path(st->options);
+                DeleteOptions d;
+                d.precondition_resource_version = string_at(metadata_of(claim), "resourceVersion");
+                auto removed = co_await st->client.remove(p.with_name(string_at(metadata_of(claim), "name")), d);
+                if (removed && removed->found) {
+                    result.deleted.push_back(info.id);
+                } else if (!removed && !removed.error().is(errc::conflict) && !removed.error().is(errc::not_found)) {
+                    result.errors.push_back(CleanupError{info.id, removed.error()});
+                } else {
+                    ++result.kept;  // someone else deleted or touched it meanwhile
+                }
+            });
     } while (!cursor.empty());
+    std::sort(result.deleted.begin(), result.deleted.end());
     co_return result;
 }
 

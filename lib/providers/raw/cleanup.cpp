@@ -1,11 +1,15 @@
 // Reaping: this provider's expired, dead and abandoned sandboxes, then leftovers whose pod is
 // gone (a crash between creating the policy and the pod, a pod deleted behind our back before
-// its policy had an owner). Which pod to reap is decided by should_reap (pod_state.hpp).
+// its policy had an owner). Which pod to reap is decided by should_reap (pod_state.hpp); the
+// deletions overlap, CleanupOptions::concurrency at a time.
 #include "proto/label_selector.hpp"
 #include "providers/raw/naming.hpp"
 #include "providers/raw/pod_state.hpp"
 #include "providers/raw/state.hpp"
+#include "util/bounded_for_each.hpp"
 #include "util/json_access.hpp"
+
+#include <algorithm>
 
 namespace kubesandbox::raw {
 
@@ -41,64 +45,82 @@ asio::awaitable<Result<CleanupResult>> cleanup(StatePtr st, CleanupOptions optio
     if (!listed) co_return fail(listed.error());
     CleanupResult result;
     auto now = system_clock::now();
+    std::vector<const json::object*> expired;
     for (const auto& pod : *listed) {
-        if (being_deleted(pod) || !should_reap(pod, cfg, options.max_idle, now)) {
-            ++result.kept;
-            continue;
-        }
+        if (being_deleted(pod) || !should_reap(pod, cfg, options.max_idle, now)) ++result.kept;
+        else expired.push_back(&pod);
+    }
+    // The deletions overlap; each asks the caller right before its own delete, so a sandbox
+    // that became busy while earlier ones were going is still spared.
+    co_await util::bounded_for_each(expired.size(), options.concurrency, [&](std::size_t i) -> asio::awaitable<void> {
+        const json::object& pod = *expired[i];
         auto info = info_of(pod);
         // Dead pods never come back, whoever holds them; the caller vetoes only expiries.
         if (options.may_delete && !evaluate_pod(pod).dead && !options.may_delete(info)) {
             ++result.kept;
-            continue;
+            co_return;
         }
-        std::optional<std::string> label = label_of(pod, keys::sandbox_id);
         // Preconditioned on what was listed: activity recorded since (by any process) wins, and
         // a sandbox another replica reaped first is not counted here.
-        auto d = co_await delete_objects(st, info.namespace_name, info.pod_name, label, true,
-                                         string_at(metadata_of(pod), "resourceVersion"));
+        auto d = co_await delete_listed(st, pod, true);
         if (d && *d) result.deleted.push_back(info.id);
         else if (d || d.error().is(errc::not_found) || d.error().is(errc::conflict)) ++result.kept;
         else result.errors.push_back(CleanupError{info.id, d.error()});
-    }
+    });
 
     // Young leftovers may belong to a creation in flight and are spared.
     const auto grace = cfg.startup_timeout + std::chrono::seconds(60);
     auto policies = co_await list_all(st, network_policies_path(list_path(cfg).namespace_name), ours);
     if (!policies) co_return fail(policies.error());
     static constexpr std::string_view suffix = "-deny-all";
+    std::vector<const json::object*> lone_policies;
     for (const auto& np : *policies) {
-        const auto& m = metadata_of(np);
-        std::string name = string_at(m, "name");
-        std::string ns = string_at(m, "namespace");
+        std::string name = string_at(metadata_of(np), "name");
         if (name.size() <= suffix.size() || std::string_view(name).substr(name.size() - suffix.size()) != suffix)
             continue;
         auto age = age_of(np, now);
         if (!age || *age < grace || being_deleted(np)) continue;
-        std::string pod = name.substr(0, name.size() - suffix.size());
-        auto alive = co_await st->client.get(pods_path(ns).with_name(pod));
-        if (alive || !alive.error().is(errc::not_found)) continue;
-        co_await remove_orphan(st, network_policies_path(ns).with_name(name), string_at(m, "uid"),
-                               "networkpolicy " + ns + "/" + name, result);
+        lone_policies.push_back(&np);
     }
+    co_await util::bounded_for_each(
+        lone_policies.size(), options.concurrency, [&](std::size_t i) -> asio::awaitable<void> {
+            const auto& m = metadata_of(*lone_policies[i]);
+            std::string name = string_at(m, "name");
+            std::string ns = string_at(m, "namespace");
+            std::string pod = name.substr(0, name.size() - suffix.size());
+            auto alive = co_await st->client.get(pods_path(ns).with_name(pod));
+            if (alive || !alive.error().is(errc::not_found)) co_return;
+            co_await remove_orphan(st, network_policies_path(ns).with_name(name), string_at(m, "uid"),
+                                   "networkpolicy " + ns + "/" + name, result);
+        });
     if (cfg.namespace_per_sandbox) {
         std::map<std::string, std::string> sel{{keys::managed_by, keys::managed_by_value},
                                                {keys::namespace_mode, "per-sandbox"}};
         auto spaces = co_await list_all(st, namespaces_path(), proto::format_label_selector(sel));
         if (!spaces) co_return fail(spaces.error());
+        std::vector<const json::object*> old_spaces;
         for (const auto& nso : *spaces) {
             std::string name = string_at(metadata_of(nso), "name");
             auto age = age_of(nso, now);
             if (name.rfind("ksb-", 0) != 0 || label_of(nso, keys::sandbox_id).empty()) continue;
             if (!age || *age < grace || being_deleted(nso)) continue;
-            ListOptions lo;
-            lo.limit = 1;
-            auto in_it = co_await st->client.list(pods_path(name), std::move(lo));
-            if (!in_it || !in_it->items.empty()) continue;
-            co_await remove_orphan(st, namespaces_path().with_name(name), string_at(metadata_of(nso), "uid"),
-                                   "namespace " + name, result);
+            old_spaces.push_back(&nso);
         }
+        co_await util::bounded_for_each(old_spaces.size(), options.concurrency,
+                                        [&](std::size_t i) -> asio::awaitable<void> {
+                                            const auto& m = metadata_of(*old_spaces[i]);
+                                            std::string name = string_at(m, "name");
+                                            ListOptions lo;
+                                            lo.limit = 1;
+                                            auto in_it = co_await st->client.list(pods_path(name), std::move(lo));
+                                            if (!in_it || !in_it->items.empty()) co_return;
+                                            co_await remove_orphan(st, namespaces_path().with_name(name),
+                                                                   string_at(m, "uid"), "namespace " + name, result);
+                                        });
     }
+    // Finished in any order: sorted, so a pass reads the same whatever the timing.
+    std::sort(result.deleted.begin(), result.deleted.end());
+    std::sort(result.orphans_deleted.begin(), result.orphans_deleted.end());
     co_return result;
 }
 

@@ -373,6 +373,10 @@ asio::awaitable<Result<CreateOutcome>> create_steps(StatePtr st, std::string nam
     co_return outcome;
 }
 
+asio::awaitable<Result<bool>> delete_as_read(StatePtr st, std::string ns, std::string pod, Result<json::object> cur,
+                                             std::optional<std::string> expected_label, bool remove_namespace,
+                                             std::string expected_version);
+
 }  // namespace
 
 // Only our own objects: the pod must be labelled ours (and carry `expected_label` when given);
@@ -381,11 +385,30 @@ asio::awaitable<Result<CreateOutcome>> create_steps(StatePtr st, std::string nam
 asio::awaitable<Result<bool>> delete_objects(StatePtr st, std::string ns, std::string pod,
                                              std::optional<std::string> expected_label, bool remove_namespace,
                                              std::string expected_version) {
+    auto cur = co_await st->client.get(pods_path(ns).with_name(pod));
+    co_return co_await delete_as_read(std::move(st), std::move(ns), std::move(pod), std::move(cur),
+                                      std::move(expected_label), remove_namespace, std::move(expected_version));
+}
+
+asio::awaitable<Result<bool>> delete_listed(StatePtr st, json::object pod, bool remove_namespace) {
+    const auto& m = metadata_of(pod);
+    std::string ns = string_at(m, "namespace"), name = string_at(m, "name"), version = string_at(m, "resourceVersion");
+    std::optional<std::string> label = label_of(pod, keys::sandbox_id);
+    Result<json::object> cur(std::move(pod));
+    co_return co_await delete_as_read(std::move(st), std::move(ns), std::move(name), std::move(cur), std::move(label),
+                                      remove_namespace, std::move(version));
+}
+
+namespace {
+
+// delete_objects once the pod has been read (`cur`: the pod, or the error reading it gave).
+asio::awaitable<Result<bool>> delete_as_read(StatePtr st, std::string ns, std::string pod, Result<json::object> cur,
+                                             std::optional<std::string> expected_label, bool remove_namespace,
+                                             std::string expected_version) {
     bool found = false;
     std::optional<Error> first_error;
     std::optional<std::string> label = expected_label;
     const ResourcePath pod_path = pods_path(ns).with_name(pod);
-    auto cur = co_await st->client.get(pod_path);
     bool pod_gone = false;
     std::optional<std::string> pod_uid;
     if (cur) {
@@ -460,6 +483,8 @@ asio::awaitable<Result<bool>> delete_objects(StatePtr st, std::string ns, std::s
     if (first_error) co_return fail(*first_error);
     co_return found;
 }
+
+}  // namespace
 
 asio::awaitable<Result<void>> patch_annotations(StatePtr st, std::string ns, std::string pod, json::object ann) {
     auto r =

@@ -55,17 +55,20 @@ struct CreateOutcome {
 };
 boost::asio::awaitable<Result<CreateOutcome>> create_and_wait(StatePtr st, std::string name, Identity identity,
                                                               bool deterministic, bool warm);
-// Removes pod, NetworkPolicy and (optionally) the per-sandbox namespace, only when ours.
-// `expected_version`: the pod's resourceVersion when the caller decided ("" = any); a pod
-// changed since is not deleted (errc::conflict). No default argument: g++ 12 destroys a braced
-// default twice inside co_await.
 // The sandbox's deny-all NetworkPolicy exists, is ours and is owned by the pod (re-created or
 // re-owned when not); errors refuse the sandbox. No-op without block_network.
 boost::asio::awaitable<Result<void>> ensure_network_policy(StatePtr st, const std::string& ns, const std::string& name,
                                                            const std::string& sandbox_label, const std::string& uid);
+// Removes pod, NetworkPolicy and (optionally) the per-sandbox namespace, only when ours.
+// `expected_version`: the pod's resourceVersion when the caller decided ("" = any); a pod
+// changed since is not deleted (errc::conflict). No default argument: g++ 12 destroys a braced
+// default twice inside co_await.
 boost::asio::awaitable<Result<bool>> delete_objects(StatePtr st, std::string ns, std::string pod,
                                                     std::optional<std::string> expected_label, bool remove_namespace,
                                                     std::string expected_version);
+// delete_objects for a pod as a list returned it: no read first; the delete is preconditioned on
+// the listed uid and resourceVersion, so a pod changed since is kept (errc::conflict).
+boost::asio::awaitable<Result<bool>> delete_listed(StatePtr st, boost::json::object pod, bool remove_namespace);
 boost::asio::awaitable<Result<void>> patch_annotations(StatePtr st, std::string ns, std::string pod,
                                                        boost::json::object annotations);
 boost::asio::awaitable<Result<void>> patch_activity(StatePtr st, std::string ns, std::string pod);
