@@ -26,18 +26,14 @@ ObjectPtr ApiServer::Impl::remove_now(const ResourceType& t, const ObjectKey& ke
 std::vector<ApiServer::Impl::Dependent> ApiServer::Impl::dependents_of(const std::string& uid,
                                                                        const std::string& owner_ns) {
     std::vector<Dependent> out;
-    for (const auto& t : resource_types()) {
-        for (const auto& [key, obj] : store.objects(t.id())) {
-            if (!owner_ns.empty() && key.ns != owner_ns) continue;
-            auto refs = metadata_of(*obj).if_contains("ownerReferences");
-            if (!refs || !refs->is_array()) continue;
-            for (auto& ref : refs->as_array())
-                if (ref.is_object() && string_at(ref.as_object(), "uid") == uid) {
-                    out.push_back({&t, key});
-                    break;
-                }
-        }
+    for (const auto& ref : store.dependents(uid)) {
+        if (!owner_ns.empty() && ref.key.ns != owner_ns) continue;
+        if (const ResourceType* t = find_resource_by_id(ref.resource)) out.push_back({t, ref.key});
     }
+    // Discovery order, then by key: the order a walk over the whole store gave.
+    std::sort(out.begin(), out.end(), [](const Dependent& a, const Dependent& b) {
+        return a.type != b.type ? a.type < b.type : a.key < b.key;
+    });
     return out;
 }
 
@@ -66,23 +62,21 @@ void ApiServer::Impl::finish_foreground_owners() {
     bool again = true;
     while (again) {
         again = false;
-        for (const auto& t : resource_types()) {
-            for (const auto& [key, obj] : store.objects(t.id())) {
-                if (!has_finalizer(*obj, "foregroundDeletion")) continue;
-                const auto& m = metadata_of(*obj);
-                if (!dependents_of(string_at(m, "uid"), string_at(m, "namespace")).empty()) continue;
-                json::object copy = *obj;
-                remove_finalizer(copy, "foregroundDeletion");
-                ObjectKey k = key;
-                if (has_finalizers(copy)) store.put(t.id(), std::move(copy));
-                else if (rules_for(t).deletion == Deletion::graceful) {
-                    store.put(t.id(), std::move(copy));
-                    continue;
-                } else remove_now(t, k);
-                again = true;
-                break;
-            }
-            if (again) break;
+        for (const auto& ref : store.foreground_deleting()) {
+            const ResourceType* t = find_resource_by_id(ref.resource);
+            auto obj = store.get(ref.resource, ref.key);
+            if (!t || !obj) continue;
+            const auto& m = metadata_of(*obj);
+            if (!dependents_of(string_at(m, "uid"), string_at(m, "namespace")).empty()) continue;
+            json::object copy = *obj;
+            remove_finalizer(copy, "foregroundDeletion");
+            if (has_finalizers(copy)) store.put(t->id(), std::move(copy));
+            else if (rules_for(*t).deletion == Deletion::graceful) {
+                store.put(t->id(), std::move(copy));
+                continue;
+            } else remove_now(*t, ref.key);
+            again = true;
+            break;
         }
     }
 }
@@ -172,8 +166,8 @@ void ApiServer::Impl::purge_namespace(const std::string& name) {
     for (const auto& t : resource_types()) {
         if (!t.namespaced) continue;
         std::vector<ObjectKey> keys;
-        for (const auto& [key, obj] : store.objects(t.id()))
-            if (key.ns == name) keys.push_back(key);
+        auto [first, end] = list_range(store.objects(t.id()), name, nullptr);
+        for (auto it = first; it != end; ++it) keys.push_back(it->first);
         for (auto& key : keys) {
             DeleteOptions opts;
             opts.propagation = "Background";

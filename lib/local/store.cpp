@@ -151,6 +151,7 @@ ObjectPtr Store::put(const std::string& resource, json::object object) {
                   std::string(meta["name"].as_string())};
     auto ptr = std::make_shared<const json::object>(std::move(object));
     auto& slot = collections_[resource][key];
+    reindex(ObjectRef{resource, key}, slot.get(), ptr.get());
     StoreEvent ev{rv_, resource, slot ? "MODIFIED" : "ADDED", ptr, slot};
     slot = ptr;
     record(std::move(ev));
@@ -167,9 +168,53 @@ ObjectPtr Store::remove(const std::string& resource, const ObjectKey& key) {
     last["metadata"].as_object()["resourceVersion"] = std::to_string(rv_);
     auto ptr = std::make_shared<const json::object>(std::move(last));
     StoreEvent ev{rv_, resource, "DELETED", ptr, it->second};
+    reindex(ObjectRef{resource, key}, it->second.get(), nullptr);
     c->second.erase(it);
     record(std::move(ev));
     return ptr;
+}
+
+namespace {
+
+std::vector<std::string> owner_uids(const json::object* o) {
+    std::vector<std::string> out;
+    if (!o) return out;
+    auto m = o->if_contains("metadata");
+    auto refs = m && m->is_object() ? m->as_object().if_contains("ownerReferences") : nullptr;
+    if (!refs || !refs->is_array()) return out;
+    for (const auto& r : refs->as_array())
+        if (auto uid = r.is_object() ? r.as_object().if_contains("uid") : nullptr; uid && uid->is_string())
+            out.emplace_back(uid->as_string());
+    return out;
+}
+
+bool deleting_in_foreground(const json::object* o) {
+    if (!o) return false;
+    auto m = o->if_contains("metadata");
+    auto f = m && m->is_object() ? m->as_object().if_contains("finalizers") : nullptr;
+    if (!f || !f->is_array()) return false;
+    return std::any_of(f->as_array().begin(), f->as_array().end(),
+                       [](const json::value& v) { return v.is_string() && v.as_string() == "foregroundDeletion"; });
+}
+
+}  // namespace
+
+void Store::reindex(const ObjectRef& ref, const json::object* before, const json::object* after) {
+    for (const auto& uid : owner_uids(before)) {
+        auto it = by_owner_.find(uid);
+        if (it == by_owner_.end()) continue;
+        it->second.erase(ref);
+        if (it->second.empty()) by_owner_.erase(it);
+    }
+    for (const auto& uid : owner_uids(after)) by_owner_[uid].insert(ref);
+    if (deleting_in_foreground(after)) foreground_.insert(ref);
+    else foreground_.erase(ref);
+}
+
+std::vector<ObjectRef> Store::dependents(const std::string& owner_uid) const {
+    auto it = by_owner_.find(owner_uid);
+    if (it == by_owner_.end()) return {};
+    return {it->second.begin(), it->second.end()};
 }
 
 void Store::record(StoreEvent ev) {

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,6 +65,13 @@ struct StoreEvent {
     ObjectPtr previous;    // state before (null for ADDED)
 };
 
+// One object of one resource (ResourceType::id()).
+struct ObjectRef {
+    std::string resource;
+    ObjectKey key;
+    friend auto operator<=>(const ObjectRef&, const ObjectRef&) = default;
+};
+
 class Store {
 public:
     explicit Store(std::size_t history_limit = 20000) : history_limit_(history_limit) {}
@@ -84,7 +92,16 @@ public:
     // Called after every committed change.
     std::function<void(const StoreEvent&)> on_event;
 
+    // Objects naming `owner_uid` in their ownerReferences, and objects carrying the
+    // foregroundDeletion finalizer. Indexed on every change, so garbage collection after a
+    // delete costs the dependents found, not a walk over the whole store.
+    std::vector<ObjectRef> dependents(const std::string& owner_uid) const;
+    std::vector<ObjectRef> foreground_deleting() const { return {foreground_.begin(), foreground_.end()}; }
+
 private:
+    void reindex(const ObjectRef& ref, const boost::json::object* before, const boost::json::object* after);
+    std::map<std::string, std::set<ObjectRef>> by_owner_;
+    std::set<ObjectRef> foreground_;
     std::uint64_t rv_ = 1;
     std::size_t history_limit_;
     std::uint64_t oldest_rv_ = 1;  // history holds every event with rv > oldest_rv_

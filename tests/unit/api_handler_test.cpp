@@ -327,3 +327,34 @@ TEST_F(ApiHandlerTest, PagesOfANamespacedListStayInTheNamespace) {
     }
     EXPECT_EQ(seen, (std::vector<std::string>{"a/c1", "a/c2", "a/c3"}));
 }
+
+TEST(StoreIndexes, DependentsAndForegroundDeletionFollowEveryChange) {
+    Store store;
+    auto object = [](std::string name, std::vector<std::string> owners, bool foreground) {
+        json::object meta{{"name", name}, {"namespace", "ns"}};
+        json::array refs;
+        for (auto& uid : owners) refs.push_back(json::object{{"uid", uid}, {"kind", "Pod"}, {"name", "p"}});
+        if (!refs.empty()) meta["ownerReferences"] = refs;
+        if (foreground) meta["finalizers"] = json::array{"foregroundDeletion"};
+        return json::object{{"metadata", meta}};
+    };
+    auto names = [](const std::vector<ObjectRef>& refs) {
+        std::vector<std::string> out;
+        for (auto& r : refs) out.push_back(r.resource + ":" + r.key.name);
+        return out;
+    };
+    using V = std::vector<std::string>;
+    store.put("configmaps", object("a", {"u1"}, false));
+    store.put("networkpolicies.networking.k8s.io", object("b", {"u1", "u2"}, true));
+    EXPECT_EQ(names(store.dependents("u1")), (V{"configmaps:a", "networkpolicies.networking.k8s.io:b"}));
+    EXPECT_EQ(names(store.dependents("u2")), V{"networkpolicies.networking.k8s.io:b"});
+    EXPECT_EQ(names(store.foreground_deleting()), V{"networkpolicies.networking.k8s.io:b"});
+    // An update that drops an owner and the finalizer drops both from the indexes.
+    store.put("networkpolicies.networking.k8s.io", object("b", {"u2"}, false));
+    EXPECT_EQ(names(store.dependents("u1")), V{"configmaps:a"});
+    EXPECT_TRUE(store.foreground_deleting().empty());
+    store.remove("configmaps", ObjectKey{"ns", "a"});
+    store.remove("networkpolicies.networking.k8s.io", ObjectKey{"ns", "b"});
+    EXPECT_TRUE(store.dependents("u1").empty());
+    EXPECT_TRUE(store.dependents("u2").empty());
+}
