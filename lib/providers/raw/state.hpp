@@ -66,8 +66,10 @@ boost::asio::awaitable<Result<void>> ensure_network_policy(StatePtr st, const st
 boost::asio::awaitable<Result<bool>> delete_objects(StatePtr st, std::string ns, std::string pod,
                                                     std::optional<std::string> expected_label, bool remove_namespace,
                                                     std::string expected_version);
-// delete_objects for a pod as a list returned it: no read first; the delete is preconditioned on
-// the listed uid and resourceVersion, so a pod changed since is kept (errc::conflict).
+// delete_objects for a pod as a list returned it, for the reaper: no read first (the delete is
+// preconditioned on the listed uid and resourceVersion, so a pod changed since is kept,
+// errc::conflict) and no look at the pod's policy (owned, it goes with the pod; unowned, the
+// reaper's policy sweep takes it). One request per sandbox.
 boost::asio::awaitable<Result<bool>> delete_listed(StatePtr st, boost::json::object pod, bool remove_namespace);
 boost::asio::awaitable<Result<void>> patch_annotations(StatePtr st, std::string ns, std::string pod,
                                                        boost::json::object annotations);
