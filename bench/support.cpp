@@ -69,6 +69,7 @@ Sizes quick_sizes() {
     s.manager_threads = 10;
     s.manager_entries = 10'000;
     s.server_clients = 16;
+    s.reaper_sandboxes = 1000;
     return s;
 }
 
@@ -86,6 +87,7 @@ Sizes smoke_sizes() {
     s.manager_threads = 3;
     s.manager_entries = 1000;
     s.server_clients = 3;
+    s.reaper_sandboxes = 10;
     return s;
 }
 

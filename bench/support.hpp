@@ -40,6 +40,7 @@ struct Sizes {
     int manager_threads = 50;       // cold acquisitions, through the manager and direct
     int manager_entries = 100'000;  // bound threads for memory per thread
     int server_clients = 64;        // concurrent clients of the example server (scenario 10)
+    int reaper_sandboxes = 10'000;  // sandboxes one reaper pass looks at, half expired (scenario 11)
 };
 
 struct Summary {
@@ -163,6 +164,7 @@ void scenario_agent_sandbox(boost::asio::io_context& io, LocalCluster& cluster, 
 void scenario_tunnels(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
 void scenario_server(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz,
                      const std::string& server_program);
+void scenario_reaper(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
 int exec_client_main(int argc, char** argv);
 
 }  // namespace kubesandbox::bench
