@@ -4,6 +4,8 @@
 // with an image the cluster does not know, so they hold no processes and N can be 10,000.
 #include "support.hpp"
 
+#include "util/time_format.hpp"
+
 #include <kubesandbox/kube_client.hpp>
 #include <kubesandbox/local_cluster.hpp>
 #include <kubesandbox/raw_provider.hpp>
@@ -19,7 +21,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -70,15 +71,6 @@ for p in pods:
 print(deleted, time.monotonic() - t0)
 )PY";
 
-std::string rfc3339(std::chrono::system_clock::time_point t) {
-    std::time_t tt = std::chrono::system_clock::to_time_t(t);
-    std::tm tm{};
-    gmtime_r(&tt, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
-
 // The template pod as a new object: named `name`, its own sandbox id, an image nobody has, and
 // last activity two hours ago (expired) or now.
 json::object copy_of(const json::object& pod, const std::string& name, bool expired) {
@@ -92,7 +84,7 @@ json::object copy_of(const json::object& pod, const std::string& name, bool expi
     json::object& ann = meta["annotations"].as_object();
     ann.erase(keys::ttl_seconds);
     ann[keys::ttl_idle_seconds] = "3600";
-    ann[keys::last_activity] = rfc3339(std::chrono::system_clock::now() - (expired ? 2h : 0h));
+    ann[keys::last_activity] = util::format_rfc3339(std::chrono::system_clock::now() - (expired ? 2h : 0h));
     json::object& spec = o["spec"].as_object();
     spec.erase("nodeName");
     for (auto field : {"initContainers", "containers"})
