@@ -168,25 +168,24 @@ bool Cgroups::oom_killed(const std::string& key) const {
                : counter(dirs[0] / "memory.oom_control", "oom_kill") > 0;
 }
 
-void Cgroups::remove(const std::string& key) {
+bool Cgroups::try_remove(const std::string& key) {
     std::error_code ec;
+    bool removed = true;
     for (const auto& dir : dirs_of(key)) {
         if (!fs::exists(dir, ec)) continue;
-        // A cgroup with processes cannot be removed: kill them, give the kernel a moment.
-        for (int attempt = 0; attempt < 100; ++attempt) {
-            std::istringstream procs(read_file(dir / "cgroup.procs"));
-            pid_t pid;
-            bool any = false;
-            while (procs >> pid) {
-                ::kill(pid, SIGKILL);
-                any = true;
-            }
-            if (!any && (fs::remove(dir, ec) || !fs::exists(dir, ec))) break;
-            fs::remove(dir, ec);
-            if (!fs::exists(dir, ec)) break;
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
+        // A cgroup with processes cannot be removed: kill them first.
+        std::istringstream procs(read_file(dir / "cgroup.procs"));
+        pid_t pid;
+        while (procs >> pid) ::kill(pid, SIGKILL);
+        fs::remove(dir, ec);
+        removed = removed && !fs::exists(dir, ec);
     }
+    return removed;
+}
+
+void Cgroups::remove(const std::string& key) {
+    for (int attempt = 0; attempt < 100 && !try_remove(key); ++attempt)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 std::vector<std::string> join_cgroup_argv(const std::vector<std::string>& procs_files, std::vector<std::string> argv) {

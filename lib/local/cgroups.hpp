@@ -30,7 +30,11 @@ public:
     std::vector<std::string> procs_files(const std::string& key) const;
     // Whether the kernel's OOM killer killed a process of `key`'s cgroup.
     bool oom_killed(const std::string& key) const;
-    // SIGKILLs what is left in `key`'s cgroup and removes it.
+    // SIGKILLs what is left in `key`'s cgroup and removes it if it can at once; false while a
+    // dying process still holds it (the kernel empties it shortly: call again then).
+    bool try_remove(const std::string& key);
+    // try_remove until done, sleeping 10 ms between tries, up to a second: for shutdown only,
+    // where nothing else runs on the thread.
     void remove(const std::string& key);
 
 private:

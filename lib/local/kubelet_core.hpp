@@ -118,6 +118,10 @@ struct Core {
 
     void log(const std::string& line) const { options.logger.warning("local cluster kubelet: " + line); }
 
+    // Removes the pod's cgroups, killing what is left in them; while dying processes still hold
+    // one, retries on a timer instead of blocking the cluster's thread.
+    void release_cgroup(const std::string& uid);
+
     // ---- setup ----
 
     void prepare_layout();

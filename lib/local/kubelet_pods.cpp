@@ -206,9 +206,7 @@ asio::awaitable<void> Core::run_pod(std::shared_ptr<PodRecord> p) {
     struct ReleaseCgroup {
         Core& core;
         std::string uid;
-        ~ReleaseCgroup() {
-            if (core.cgroups) core.cgroups->remove(uid);
-        }
+        ~ReleaseCgroup() { core.release_cgroup(uid); }
     } release{*this, p->uid};
     const auto& spec = obj(p->pod, "spec");
     std::string policy = str(spec, "restartPolicy");
@@ -387,6 +385,20 @@ asio::awaitable<void> Core::reap_removed(std::shared_ptr<PodRecord> p) {
     if (shut_down) co_return;
     remove_pod_dir(p);
     if (auto it = pods.find(p->uid); it != pods.end() && it->second == p) pods.erase(it);
+}
+
+void Core::release_cgroup(const std::string& uid) {
+    // At shutdown the cgroups' owner removes what is left, synchronously.
+    if (!cgroups || cgroups->try_remove(uid) || shut_down) return;
+    spawn([](Core& core, std::string uid) -> asio::awaitable<void> {
+        asio::steady_timer timer(core.executor);
+        for (int attempt = 0; attempt < 100; ++attempt) {
+            timer.expires_after(10ms);
+            co_await timer.async_wait(tuple_awaitable);
+            if (core.shut_down || !core.cgroups || core.cgroups->try_remove(uid)) co_return;
+        }
+        core.log("cgroup of pod uid " + uid + " still busy after a second; left for shutdown");
+    }(*this, uid));
 }
 
 void Core::spawn(asio::awaitable<void> a) {
