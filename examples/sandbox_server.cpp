@@ -4,7 +4,7 @@
 //
 //   sandbox_server [--kubeconfig K] [--context C] [-n NS] [--port P] [--idle-ttl S]
 //                  [--absolute-ttl S] [--warm-pool N] [--image I] [--scope S] [--threads N]
-//                  [--delete-on-exit]
+//                  [--qps N] [--delete-on-exit]
 //
 //   POST   /threads/{thread}/execute[?timeout=S]   body: the command -> 200 {output, exit_code, ...}
 //   GET    /threads/{thread}                       -> 200 {sandbox_id, ...} | 404
@@ -57,6 +57,7 @@ struct Args {
     std::optional<std::int64_t> idle_ttl, absolute_ttl;
     int warm_pool = 0;
     int threads = 1;
+    std::optional<std::int64_t> qps;  // the API client's rate limit; 0 = none
     bool delete_on_exit = false;
 };
 
@@ -97,6 +98,7 @@ std::optional<Args> parse_args(int argc, char** argv) {
         else if (k == "--threads") ok = number(a.threads) && a.threads > 0;
         else if (k == "--idle-ttl") ok = (a.idle_ttl = parse_int(v)).has_value();
         else if (k == "--absolute-ttl") ok = (a.absolute_ttl = parse_int(v)).has_value();
+        else if (k == "--qps") ok = (a.qps = parse_int(v)).has_value();
         else {
             std::cerr << "unknown option " << k << "\n";
             return std::nullopt;
@@ -331,7 +333,9 @@ int main(int argc, char** argv) {
     if (!config.namespace_name.empty()) po.namespace_name = config.namespace_name;
     if (!args->image.empty()) po.image = args->image;
     po.warm_pool_size = args->warm_pool;
-    auto provider = std::make_shared<ks::RawProvider>(ks::KubeClient(io.get_executor(), config), po);
+    ks::KubeClientOptions client_options;
+    if (args->qps) client_options.qps = static_cast<double>(*args->qps);
+    auto provider = std::make_shared<ks::RawProvider>(ks::KubeClient(io.get_executor(), config, client_options), po);
     ks::SandboxManagerOptions mo;
     mo.scope = args->scope;
     if (args->idle_ttl) mo.idle_ttl = std::chrono::seconds(*args->idle_ttl);

@@ -1,5 +1,5 @@
 """The example agent host end to end: two sandbox_server instances on one kubesandbox-local
-cluster serve the same conversation threads without sticky sessions.
+cluster serve the same conversation threads without sticky sessions, many at once.
 
 Usage: sandbox_server_test.py PATH/TO/kubesandbox-local PATH/TO/sandbox_server
 Standard library only; prints PASS/FAIL lines and exits non-zero on any failure.
@@ -16,6 +16,9 @@ import time
 import urllib.parse
 
 LOCAL, SERVER = sys.argv[1], sys.argv[2]
+# Threads acquired at once through both instances; KSB_SERVER_TEST_THREADS=1000 for the full
+# size (CI runs 100 to stay within its time budget).
+MANY = int(os.environ.get("KSB_SERVER_TEST_THREADS", "100"))
 failures = 0
 
 
@@ -73,9 +76,10 @@ def main():
                 break
             time.sleep(0.1)
         logs = [open(os.path.join(tmp, "server-%d.log" % i), "w") for i in range(2)]
-        a, port_a = start_server(kubeconfig, logs[0], "--threads", "2")
+        # No client-side rate limit: the cluster, not 50 requests/s, sets the pace at 1,000 threads.
+        a, port_a = start_server(kubeconfig, logs[0], "--threads", "2", "--qps", "0")
         servers.append(a)
-        b, port_b = start_server(kubeconfig, logs[1], "--delete-on-exit")
+        b, port_b = start_server(kubeconfig, logs[1], "--delete-on-exit", "--qps", "0")
         servers.append(b)
 
         # One thread through both instances: one sandbox, state kept between turns.
@@ -106,6 +110,30 @@ def main():
         check(created == len(threads), "exactly one creation per thread (%d)" % created)
         pods = pods_of_scope(kubeconfig, "thread")
         check(len(pods) == len(threads) + 1, "one pod per thread in the cluster (%d)" % len(pods))
+
+        # Replicas at scale: MANY threads, each asked through both instances at once, 64 requests
+        # in flight: exactly one new sandbox per thread, none shared between threads.
+        before = len(pods)
+        many = ["many-%d" % i for i in range(MANY)]
+        jobs = [(port, t) for t in many for port in (port_a, port_b)]
+        began = time.time()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=64) as pool:
+            results = list(pool.map(lambda job: execute(job[0], job[1], "cat /etc/hostname"), jobs))
+        took = time.time() - began
+        check(all(status == 200 for status, _ in results),
+              "%d first turns through two instances succeed (%.0f s)" % (len(jobs), took))
+        by_thread = {}
+        for (port, t), (status, r) in zip(jobs, results):
+            if status == 200:
+                by_thread.setdefault(t, set()).add(r["sandbox_id"])
+        check(len(by_thread) == MANY and all(len(v) == 1 for v in by_thread.values()),
+              "both instances reached the same sandbox for each of %d threads" % MANY)
+        ids = [next(iter(v)) for v in by_thread.values() if len(v) == 1]
+        check(len(set(ids)) == len(ids), "no sandbox is shared between threads")
+        created = sum(1 for _, r in results if r and r.get("created"))
+        check(created == MANY, "exactly one creation per thread (%d of %d)" % (created, MANY))
+        pods = pods_of_scope(kubeconfig, "thread")
+        check(len(pods) == before + MANY, "%d more pods in the cluster (%d)" % (MANY, len(pods) - before))
 
         # Lookup and removal, idempotent, from either instance.
         quoted = urllib.parse.quote(thread, safe="")
@@ -143,9 +171,9 @@ def main():
 
         # SIGTERM with --delete-on-exit: the instance deletes what it bound and exits cleanly.
         b.send_signal(signal.SIGTERM)
-        rc = b.wait(timeout=60)
+        rc = b.wait(timeout=60 + MANY // 10)
         check(rc == 0, "SIGTERM: clean exit (%s)" % rc)
-        deadline = time.time() + 30
+        deadline = time.time() + 30 + MANY // 10
         while time.time() < deadline and pods_of_scope(kubeconfig, "thread"):
             time.sleep(0.2)
         left = pods_of_scope(kubeconfig, "thread")
