@@ -176,7 +176,10 @@ int main(int argc, char** argv) {
         }
         if (want(2) || want(3)) scenario_exec(io, *cluster, env, sz);
         if (want(5)) scenario_concurrent(io, *cluster, env, sz);
-        if (want(6)) scenario_manager(io, *cluster, sz);
+        if (want(6)) {
+            scenario_manager(io, *cluster, sz);
+            scenario_manager_warm(io, *cluster, sz);
+        }
         if (want(7)) scenario_files(io, *cluster, sz);
         if (want(8)) scenario_agent_sandbox(io, *cluster, sz);
         if (want(9)) scenario_tunnels(io, *cluster, env, sz);

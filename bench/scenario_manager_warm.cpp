@@ -1,0 +1,172 @@
+// Scenario 6, continued: SandboxManager acquisition throughput over agent-sandbox mode, threads
+// served from a SandboxWarmPool next to the same number served cold. Each thread id names its
+// claim, so warm sandboxes serve deterministic ids here (raw mode's pool serves random ids only).
+#include "support.hpp"
+
+#include <kubesandbox/agent_sandbox_provider.hpp>
+#include <kubesandbox/kube_client.hpp>
+#include <kubesandbox/local_cluster.hpp>
+#include <kubesandbox/router_connection.hpp>
+#include <kubesandbox/sandbox_manager.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/json/object.hpp>
+
+#include <algorithm>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kubesandbox::bench {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Forwards to a provider and counts the acquisitions it served from its warm pool.
+class CountingProvider final : public SandboxProvider {
+public:
+    explicit CountingProvider(std::shared_ptr<SandboxProvider> inner) : inner_(std::move(inner)) {}
+    int served_warm = 0;
+
+    asio::awaitable<Result<Acquisition>> acquire(GetOrCreateOptions o) override {
+        auto a = co_await inner_->acquire(std::move(o));
+        if (a && a->origin == SandboxOrigin::claimed_warm) ++served_warm;
+        co_return a;
+    }
+    asio::awaitable<Result<SandboxInfo>> describe(std::string id) override {
+        co_return co_await inner_->describe(std::move(id));
+    }
+    asio::awaitable<Result<SandboxPage>> list(ListSandboxesOptions o) override {
+        co_return co_await inner_->list(std::move(o));
+    }
+    asio::awaitable<Result<bool>> delete_sandbox(std::string id) override {
+        co_return co_await inner_->delete_sandbox(std::move(id));
+    }
+    asio::awaitable<Result<CleanupResult>> cleanup(CleanupOptions o) override {
+        co_return co_await inner_->cleanup(std::move(o));
+    }
+    asio::awaitable<Result<PoolStatus>> pool_status() override { co_return co_await inner_->pool_status(); }
+    asio::awaitable<Result<ProviderStats>> stats() override { co_return co_await inner_->stats(); }
+    void record_activity(const std::string& id) override { inner_->record_activity(id); }
+
+private:
+    std::shared_ptr<SandboxProvider> inner_;
+};
+
+// Built outside the coroutine: g++ 12 and braced temporaries in coroutines do not mix.
+json::object pool_body(int replicas) {
+    return json::object{{"apiVersion", "extensions.agents.x-k8s.io/v1beta1"},
+                        {"kind", "SandboxWarmPool"},
+                        {"metadata", json::object{{"name", "bench-manager-warm"}}},
+                        {"spec", json::object{{"replicas", replicas},
+                                              {"sandboxTemplateRef", json::object{{"name", "busybox-runtime"}}}}}};
+}
+
+}  // namespace
+
+void scenario_manager_warm(asio::io_context& io, LocalCluster& cluster, const Sizes& sz) {
+    const int n = sz.manager_threads;
+    std::cerr << "[6] manager over agent-sandbox: " << n << " threads at once, warm pool vs cold\n";
+    // The cluster's pace, not the client-side rate limit (50 requests/s by default), is measured.
+    KubeClientOptions unthrottled;
+    unthrottled.qps = 0;
+    KubeClient kube(io.get_executor(), cluster.kube_config(), unthrottled);
+    DirectConnectionOptions direct;
+    direct.url = cluster.router_url();
+    direct.token = cluster.token();
+    auto connection = make_direct_connection(io.get_executor(), direct);
+    if (!connection) {
+        failures.push_back("scenario 6 warm: " + connection.error().describe());
+        return;
+    }
+    AgentSandboxProviderOptions warm_options;
+    warm_options.warm_pool = "bench-manager-warm";
+    warm_options.connection = *connection;
+    warm_options.ready_timeout = 300s;
+    AgentSandboxProviderOptions cold_options = warm_options;
+    cold_options.warm_pool.clear();  // claims name the template: always a new Sandbox
+    cold_options.template_name = "busybox-runtime";
+    auto warm_provider = std::make_shared<CountingProvider>(std::make_shared<AgentSandboxProvider>(kube, warm_options));
+    auto cold_provider = std::make_shared<CountingProvider>(std::make_shared<AgentSandboxProvider>(kube, cold_options));
+    const ResourcePath pools{"extensions.agents.x-k8s.io", "v1beta1", "sandboxwarmpools", "default", ""};
+
+    double warm_rate = 0, cold_rate = 0;
+    run_on(
+        io,
+        [&]() -> asio::awaitable<void> {
+            auto ex = co_await asio::this_coro::executor;
+            // Cold first, before the pool exists, so its filling and refilling compete with neither.
+            for (auto* provider : {cold_provider.get(), warm_provider.get()}) {
+                const bool warm = provider == warm_provider.get();
+                if (warm) {
+                    auto made = co_await kube.create(pools, pool_body(n));
+                    if (!made) {
+                        failures.push_back("scenario 6 warm: pool: " + made.error().describe());
+                        co_return;
+                    }
+                    bool filled = false;
+                    for (int i = 0; i < 3000 && !filled; ++i) {
+                        auto ps = co_await warm_provider->pool_status();
+                        filled = ps && ps->available >= n;
+                        if (!filled) co_await sleep_for(100ms);
+                    }
+                    if (!filled) {
+                        failures.push_back("scenario 6 warm: the pool did not fill");
+                        co_return;
+                    }
+                }
+                SandboxManagerOptions mo;
+                mo.logger = Logger::silent();
+                mo.scope = warm ? "bench-warm" : "bench-cold";
+                SandboxManager manager(ex, warm ? warm_provider : cold_provider, mo);
+                int done = 0, ok = 0;
+                std::string first_error;
+                auto t0 = Clock::now();
+                for (int i = 0; i < n; ++i)
+                    asio::co_spawn(
+                        ex,
+                        [&, i]() -> asio::awaitable<void> {
+                            auto lease = co_await manager.get("thread-" + std::to_string(i));
+                            if (lease) ++ok;
+                            else if (first_error.empty()) first_error = lease.error().describe();
+                            ++done;
+                        },
+                        asio::detached);
+                while (done < n) co_await sleep_for(2ms);
+                double seconds = seconds_since(t0);
+                if (ok != n) {
+                    failures.push_back("scenario 6 warm: " + std::to_string(n - ok) + " of " + std::to_string(n) +
+                                       " acquisitions failed, first: " + first_error);
+                    co_return;
+                }
+                (warm ? warm_rate : cold_rate) = n / seconds;
+                ShutdownOptions so;
+                so.delete_sandboxes = true;
+                co_await manager.shutdown(so);
+            }
+            co_await kube.remove(pools.with_name("bench-manager-warm"));
+        },
+        900s, "scenario 6 warm pool");
+    if (warm_rate <= 0 || cold_rate <= 0) return;
+    if (warm_provider->served_warm != n || cold_provider->served_warm != 0)
+        failures.push_back("scenario 6 warm: " + std::to_string(warm_provider->served_warm) + " of " +
+                           std::to_string(n) + " warm threads were served from the pool, " +
+                           std::to_string(cold_provider->served_warm) + " cold ones");
+    Row cold =
+        single_row("6 manager acquisition, agent-sandbox", "SandboxManager::get, cold (peer)", "threads/s", cold_rate);
+    Row warm =
+        single_row("6 manager acquisition, agent-sandbox", "SandboxManager::get, warm pool", "threads/s", warm_rate);
+    cold.n = warm.n = static_cast<std::size_t>(n);
+    compare_to_peer(warm, cold, "cold");
+    rows.push_back(cold);
+    rows.push_back(warm);
+}
+
+}  // namespace kubesandbox::bench
