@@ -7,9 +7,11 @@
 #include <kubesandbox/error.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,7 +89,8 @@ struct GatewayConnectionOptions {
 // A connection to the router behind a Gateway: it lists and watches the Gateway (list and watch
 // on gateways.gateway.networking.k8s.io) and connects to the first usable status.addresses[]
 // value. When the address changes, new connections go to the new one and idle connections to
-// the old one are dropped. While the Gateway has no usable address requests wait for one (up to
+// the old one are dropped; a connect that fails reads the Gateway once more (the watch may lag)
+// and tries the address it publishes now. While the Gateway has no usable address requests wait for one (up to
 // ready_timeout, never past their deadline), then fail with errc::service_unavailable; when it
 // does not exist (or was deleted) they fail so at once.
 // errc::invalid_config without a gateway name. Must be destroyed before the client's io_context.
@@ -116,5 +119,26 @@ struct KubectlTunnelOptions {
 // namespace that is not a plain name. Must be destroyed before the executor's io_context.
 Result<std::shared_ptr<RouterConnection>> make_kubectl_tunnel_connection(boost::asio::any_io_executor executor,
                                                                          KubectlTunnelOptions options);
+
+struct HealthCheckOptions {
+    std::string path{"/healthz"};  // the sandbox router's probe; a runtime reached directly answers GET /
+    std::chrono::milliseconds timeout{std::chrono::seconds(5)};
+    std::chrono::milliseconds interval{std::chrono::seconds(10)};  // between probes (run_health_checks)
+};
+
+// One probe: GET options.path through the connection (no sandbox headers), healthy on a 2xx.
+// Failures are typed as a request's are (connection_failed, connection_closed, timeout; another
+// status: service_unavailable for 502/503, server_timeout for 504, else unknown_status, with
+// Error::http_status set) and drop the connection's idle
+// connections, so the next request opens a fresh one (re-resolving a Service's endpoints or a
+// Gateway's address) instead of trying a stream that may be dead.
+boost::asio::awaitable<Result<void>> check_health(RouterConnection& connection, HealthCheckOptions options);
+
+// Probes every options.interval until cancelled (asio per-operation cancellation, e.g. a
+// cancellation_signal bound to co_spawn's handler, or `||` with a timer), calling on_change with
+// the first result and then with each one whose outcome differs from the one before, so a host
+// can log, export or act on the state. Returns when cancelled; throws only what on_change throws.
+boost::asio::awaitable<void> run_health_checks(std::shared_ptr<RouterConnection> connection, HealthCheckOptions options,
+                                               std::function<void(const Result<void>&)> on_change);
 
 }  // namespace kubesandbox

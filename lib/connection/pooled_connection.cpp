@@ -113,6 +113,10 @@ public:
         }
     }
 
+    void drop_idle() override {
+        while (auto idle = pool_.take_idle()) idle->stream.close();
+    }
+
 private:
     std::uint64_t generation() const { return settings_.generation ? settings_.generation() : 0; }
 

@@ -41,6 +41,8 @@ struct RouterConnection::Impl {
     virtual boost::asio::awaitable<Result<unsigned>> send(RouterRequest request,
                                                           std::chrono::steady_clock::time_point deadline,
                                                           ResponseSink& sink) = 0;
+    // Closes the idle connections kept for reuse (after a failed health check).
+    virtual void drop_idle() {}
 };
 
 }  // namespace kubesandbox

@@ -1,5 +1,6 @@
 // The direct router connection over loopback against a scripted server: one keep-alive
 // connection reused, bodies streamed to the sink whatever their framing, and every failure typed.
+#include <kubesandbox/router_connection.hpp>
 #include <kubesandbox/router_sandbox.hpp>
 
 #include "connection/pooled_connection.hpp"
@@ -10,6 +11,9 @@
 #include "../support/run_test.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -200,6 +204,88 @@ TEST_F(RouterConnectionTest, FailedOpensPauseWithBackOff) {
         auto works = co_await attempt();
         EXPECT_TRUE(works && *works == 200u) << (works ? "" : works.error().describe());
         EXPECT_EQ(opens, 4);
+    });
+}
+
+// A probe: 2xx is healthy; any other answer is a typed error that also drops the idle
+// connections (the next request opens a fresh one); a closed port is connection_failed. The
+// loop reports the first result and each change, and ends when cancelled.
+TEST_F(RouterConnectionTest, HealthChecksProbeDropIdleConnectionsAndReportChanges) {
+    bool healthy = true;
+    int probes = 0;
+    FakeServer server(io_, [&](const FakeRequest& r) {
+        if (r.target == "/base/healthz") {
+            ++probes;
+            EXPECT_EQ(r.headers.count("x-sandbox-id"), 0u);
+            return FakeReply(healthy ? test::http_response(200, R"({"status":"ok"})")
+                                     : test::http_response(503, "draining"));
+        }
+        return FakeReply(test::http_response(200, "{}"));
+    });
+    auto c = connect(server);
+    FakeServer dead_server(io_, [](const FakeRequest&) { return FakeReply(test::http_response(200, "{}")); });
+    auto dead = connect(dead_server);
+    dead_server.stop();
+    run([&]() -> asio::awaitable<void> {
+        auto pause = [&](std::chrono::milliseconds d) -> asio::awaitable<void> {
+            asio::steady_timer t(io_, d);
+            co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+        };
+        auto request = [&]() -> asio::awaitable<Result<unsigned>> {
+            RouterRequest r;
+            r.target = "/x";
+            Collect sink;
+            co_return co_await send(*c, r, sink, 2000ms);
+        };
+        HealthCheckOptions options;
+        options.timeout = 2s;
+        auto ok = co_await check_health(*c, options);
+        EXPECT_TRUE(ok) << (ok ? "" : ok.error().describe());
+        EXPECT_TRUE(co_await request());
+        EXPECT_EQ(server.connections_accepted(), 1);  // the probe's connection was kept and reused
+        healthy = false;
+        auto sick = co_await check_health(*c, options);
+        EXPECT_TRUE(!sick && sick.error().code == errc::service_unavailable && sick.error().http_status == 503 &&
+                    sick.error().message.find("draining") != std::string::npos)
+            << (sick ? "healthy" : sick.error().describe());
+        EXPECT_TRUE(co_await request());
+        EXPECT_EQ(server.connections_accepted(), 2);  // the idle connection was dropped
+        auto refused = co_await check_health(*dead, options);
+        EXPECT_TRUE(!refused && refused.error().code == errc::connection_failed)
+            << (refused ? "healthy" : refused.error().describe());
+        options.path = "healthz";
+        auto bad = co_await check_health(*c, options);
+        EXPECT_TRUE(!bad && bad.error().code == errc::invalid_argument);
+
+        options.path = "/healthz";
+        options.interval = 20ms;
+        healthy = true;
+        std::vector<bool> changes;
+        bool ended = false;
+        asio::cancellation_signal stop;
+        asio::co_spawn(io_,
+                       run_health_checks(c, options, [&](const Result<void>& r) { changes.push_back(r.has_value()); }),
+                       asio::bind_cancellation_slot(stop.slot(), [&](std::exception_ptr) { ended = true; }));
+        auto wait_for_changes = [&](std::size_t n) -> asio::awaitable<void> {
+            for (int i = 0; i < 200 && changes.size() < n; ++i) co_await pause(10ms);
+        };
+        co_await wait_for_changes(1);
+        const int probes_before = probes;
+        co_await pause(200ms);  // several healthy probes, reported once
+        EXPECT_GE(probes - probes_before, 3);
+        healthy = false;
+        co_await wait_for_changes(2);
+        co_await pause(100ms);
+        healthy = true;
+        co_await wait_for_changes(3);
+        co_await pause(100ms);
+        stop.emit(asio::cancellation_type::terminal);
+        for (int i = 0; i < 200 && !ended; ++i) co_await pause(10ms);
+        EXPECT_TRUE(ended);
+        EXPECT_EQ(changes, (std::vector<bool>{true, false, true}));
+        const int probes_at_stop = probes;
+        co_await pause(100ms);
+        EXPECT_EQ(probes, probes_at_stop);  // no probe after the loop ended
     });
 }
 
