@@ -158,6 +158,19 @@ asio::awaitable<Result<net::AnyStream>> open_to_gateway(asio::any_io_executor ex
         poll.expires_after(std::chrono::milliseconds(50));
         co_await poll.async_wait(asio::as_tuple(asio::use_awaitable));
     }
+    auto connected = co_await net::connect(executor, target, deadline);
+    if (connected || steady_clock::now() >= deadline) co_return connected;
+    // The watch may lag behind a move (or be failing to re-list): read the Gateway again, and
+    // try once more if it publishes another address now.
+    co_await read_gateway(lookup, state);
+    {
+        std::lock_guard lock(state->mutex);
+        if (!state->address ||
+            (state->address->host == target.host && std::to_string(state->address->port) == target.port))
+            co_return connected;
+        target.host = state->address->host;
+        target.port = std::to_string(state->address->port);
+    }
     co_return co_await net::connect(executor, std::move(target), deadline);
 }
 

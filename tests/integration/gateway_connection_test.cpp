@@ -197,4 +197,55 @@ TEST_F(GatewayConnectionTest, FollowsTheAddressAndWaitsWhileItIsWithdrawn) {
         120s);
 }
 
+// The watch cannot see a move (its re-lists fail): a connect to the old, dead address reads
+// the Gateway once more and goes where it points now.
+TEST_F(GatewayConnectionTest, AFailedConnectReadsTheGatewayAgain) {
+    run(
+        [&]() -> asio::awaitable<void> {
+            auto kube = client();
+            auto created = co_await test::create_runtime_pod(kube, "default", "gw-lag", "busybox-runtime", "/app");
+            EXPECT_TRUE(created) << (created ? "" : created.error().describe());
+            if (!created) co_return;
+            Relay live = start_relay("127.0.0.5", 0);
+            ResourcePath gateways{"gateway.networking.k8s.io", "v1", "gateways", "default", ""};
+            auto made = co_await kube.create(gateways, gateway_with_listener("gw-lag", live.port()));
+            EXPECT_TRUE(made) << (made ? "" : made.error().describe());
+            ResourcePath status = gateways.with_name("gw-lag");
+            status.subresource = "status";
+            // Nothing listens on 127.0.0.6 at that port. (Named values: g++ 12 mishandles braced
+            // temporaries inside co_await.)
+            json::array dead{json::object{{"value", "127.0.0.6"}}};
+            json::array alive{json::object{{"value", "127.0.0.5"}}};
+            auto published = co_await kube.patch(status, status_with(dead), PatchType::merge);
+            EXPECT_TRUE(published) << (published ? "" : published.error().describe());
+            auto connection = make_gateway_connection(kube, options("gw-lag"));
+            EXPECT_TRUE(connection);
+            if (!connection) co_return;
+            RouterSandboxOptions sb_options;
+            sb_options.sandbox_name = "gw-lag";
+            RouterSandbox sb(*connection, sb_options);
+            auto r = co_await sb.execute("true", 5s);
+            EXPECT_TRUE(!r && r.error().code == errc::connection_failed) << (r ? "ran" : r.error().describe());
+            // The watch ends and cannot list again; the address moves meanwhile.
+            FaultRule blind;
+            blind.path_contains = "/gateways?";
+            blind.count = -1;
+            blind.status = 500;
+            cluster_->add_fault(blind);
+            cluster_->expire_watches();
+            co_await test::sleep_for(300ms);
+            published = co_await kube.patch(status, status_with(alive), PatchType::merge);
+            EXPECT_TRUE(published) << (published ? "" : published.error().describe());
+            r = co_await sb.execute("echo found", 10s);
+            EXPECT_TRUE(r && r->output == "found\n") << (r ? r->output : r.error().describe());
+            EXPECT_EQ(*live.executes, 1);
+            cluster_->clear_faults();
+            live.acceptor->close();
+            co_await kube.remove(gateways.with_name("gw-lag"));
+            ResourcePath pod{"", "v1", "pods", "default", "gw-lag"};
+            co_await kube.remove(pod);
+        },
+        120s);
+}
+
 }  // namespace
