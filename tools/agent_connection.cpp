@@ -72,8 +72,6 @@ Result<void> choose_agent_connection(const AgentConnectionFlags& flags, const Lo
     std::string url = flags.router_url, token = flags.router_token;
     if (url.empty()) url = from_environment("KUBESANDBOX_ROUTER_URL");
     if (token.empty()) token = from_environment("KUBESANDBOX_ROUTER_TOKEN");
-    // Inside the cluster the router Service has a DNS name (agent-sandbox installs it there).
-    if (in_cluster && url.empty()) url = "http://sandbox-router-svc.agent-sandbox-system.svc.cluster.local:8080";
     if (cluster) {
         if (url.empty()) url = cluster->router_url();
         if (token.empty()) token = cluster->token();
@@ -94,6 +92,9 @@ Result<void> choose_agent_connection(const AgentConnectionFlags& flags, const Lo
             }
         }
     }
+    // Inside a real cluster the router Service has a DNS name (agent-sandbox installs it there);
+    // a local cluster's pods share the host's loopback, where its router listens (found above).
+    if (in_cluster && url.empty()) url = "http://sandbox-router-svc.agent-sandbox-system.svc.cluster.local:8080";
     if (gateway) {
         GatewayConnectionOptions options;
         options.gateway_name = flags.gateway_name;

@@ -158,6 +158,11 @@ A --connection tunnel --router-service agent-sandbox-system/nope:8080 exec "agen
 ERR=$(cat "$TMP/rs.err")
 [[ $rc != 0 && $ERR == *"nope"* ]] && pass "a missing router Service is named in the error" \
     || fail "missing router service (rc $rc '$ERR')"
+# --connection in-cluster: the router's in-cluster address; the local cluster's pods share the
+# host's loopback, so that is the router URL kubesandbox-local wrote (no cluster DNS here)
+OUT=$(A --connection in-cluster exec "agent/1" -- sh -c 'echo in-cluster; cat /app/dir/in.txt'); rc=$?
+[[ $rc == 0 && $OUT == $'in-cluster\nline' ]] && pass "agent-sandbox exec through the router's in-cluster address" \
+    || fail "agent-sandbox exec in-cluster (rc $rc out '$OUT')"
 # --connection gateway: the router at the address the cluster's Gateway publishes
 OUT=$(A --connection gateway exec "agent/1" -- sh -c 'echo via-gateway; cat /app/dir/in.txt'); rc=$?
 [[ $rc == 0 && $OUT == $'via-gateway\nline' ]] && pass "agent-sandbox exec through the Gateway's address" \
