@@ -169,6 +169,7 @@ json::object stats_json(const ks::ManagerStats& s) {
                    {"lost", s.lost},
                    {"reaped", s.reaped},
                    {"reaper_passes", s.reaper_passes},
+                   {"failed", s.failed},
                    {"reaper_errors", s.reaper_errors}};
     if (s.cluster)
         o["cluster"] =
@@ -195,6 +196,7 @@ std::string metrics_text(const ks::ManagerStats& s) {
     for (auto [kind, n] : {std::pair{"created", s.created}, std::pair{"reconnected", s.reconnected},
                            std::pair{"adopted", s.adopted}, std::pair{"recreated", s.recreated}})
         out << "kubesandbox_acquisitions_total{kind=\"" << kind << "\"} " << n << "\n";
+    counter("acquisitions_failed_total", "Acquisitions that ended in an error (a lost sandbox aside).", s.failed);
     counter("sandboxes_lost_total", "Threads whose sandbox was found gone.", s.lost);
     counter("sandboxes_reaped_total", "Sandboxes this process's reaper deleted.", s.reaped);
     counter("reaper_passes_total", "Reaper passes.", s.reaper_passes);
@@ -326,6 +328,7 @@ int main(int argc, char** argv) {
         }
         cluster = std::move(*started);
         config = cluster->kube_config();
+        if (!args->namespace_name.empty()) config.namespace_name = args->namespace_name;
     }
 
     asio::io_context io(args->threads);

@@ -133,6 +133,7 @@ struct ManagerStats {
     std::size_t busy{0};                    // of those, with a lease alive
     std::size_t acquisitions_in_flight{0};  // threads whose acquisition has not finished
     std::uint64_t created{0}, reconnected{0}, adopted{0}, recreated{0}, lost{0};
+    std::uint64_t failed{0};  // acquisitions that ended in an error other than sandbox_lost
     std::uint64_t reaped{0}, reaper_passes{0}, reaper_errors{0};
     // The cluster (all replicas); unset when the provider could not be asked.
     std::optional<ProviderStats> cluster{};
@@ -171,6 +172,7 @@ public:
     }
 
     // Deletes the thread's sandbox; false when it had none. Leases still alive fail afterwards.
+    // An acquisition of the thread in flight finishes first, so what it makes is deleted too.
     boost::asio::awaitable<Result<bool>> remove(std::string thread_id);
 
     // The thread's sandbox as the cluster has it (id = the thread id), without creating or

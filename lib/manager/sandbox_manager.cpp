@@ -266,6 +266,7 @@ asio::awaitable<void> acquire(ImplPtr impl, std::string thread_id, GetOptions ge
     if (!result) {
         impl->options.logger.log(LogLevel::info, "thread " + thread_id + ": " + result.error().describe());
         auto kind = result.error().is(errc::sandbox_lost) ? ManagerEvent::Kind::lost : ManagerEvent::Kind::failed;
+        if (kind == ManagerEvent::Kind::failed) ++impl->counters.failed;
         emit(*impl, kind, thread_id, result.error());
     } else if (auto kind = event_of(result->kind)) {
         if (result->kind == AcquireKind::recreated) emit(*impl, ManagerEvent::Kind::lost, thread_id);
@@ -449,6 +450,11 @@ asio::awaitable<ShutdownReport> shutdown_on_strand(ImplPtr impl, ShutdownOptions
 
 asio::awaitable<Result<bool>> remove_on_strand(ImplPtr impl, std::string thread_id) {
     if (auto valid = manager::validate_thread_id(thread_id); !valid) co_return fail(valid.error());
+    // An acquisition in flight could create the sandbox after our delete: let it finish first.
+    if (auto it = impl->table.find(thread_id); it != impl->table.end() && it->second.pending) {
+        auto pending = it->second.pending;
+        while (!pending->result) co_await pending->done.async_wait(tuple_awaitable);
+    }
     auto d = co_await impl->provider->delete_sandbox(manager::sandbox_id_for(impl->options.scope, thread_id));
     if (!d) co_return fail(d.error());
     // Deliberately removed, not lost: the thread's next sandbox is simply created.

@@ -146,10 +146,42 @@ TEST_F(SandboxManagerTest, AFailedAcquisitionReachesEveryWaiterAndIsNotRemembere
         while (done < 5) co_await sleep_for(2ms);
         EXPECT_EQ(failed, 5);
         EXPECT_EQ(world_->acquisitions.load(), 1);
+        EXPECT_EQ((co_await m->stats()).failed, 1u);  // one acquisition failed, for five callers
         auto retry = co_await m->get("t");
         EXPECT_TRUE(retry) << retry.error().describe();
         EXPECT_EQ(retry->kind(), AcquireKind::created);  // nothing was lost: it never existed
         EXPECT_EQ(world_->acquisitions.load(), 2);
+    });
+}
+
+// remove() while the thread's acquisition is held: the delete waits for it, so the sandbox it
+// creates does not survive the remove.
+TEST_F(SandboxManagerTest, RemoveWaitsForTheThreadsAcquisitionInFlight) {
+    auto m = manager();
+    world_->gate_closed = true;
+    run([&]() -> asio::awaitable<void> {
+        auto ex = co_await asio::this_coro::executor;
+        std::optional<Result<SandboxLease>> got;
+        std::optional<Result<bool>> removed;
+        asio::co_spawn(
+            ex, [&]() -> asio::awaitable<void> { got = co_await m->get("t"); }, asio::detached);
+        co_await sleep_for(5ms);
+        asio::co_spawn(
+            ex, [&]() -> asio::awaitable<void> { removed = co_await m->remove("t"); }, asio::detached);
+        co_await sleep_for(20ms);
+        EXPECT_FALSE(removed.has_value());  // still waiting for the acquisition
+        EXPECT_EQ(world_->deletes.load(), 0);
+        world_->gate_closed = false;
+        for (int i = 0; i < 1000 && !(got && removed); ++i) co_await sleep_for(2ms);
+        EXPECT_TRUE(got && *got) << (got && !*got ? got->error().describe() : "no answer");
+        EXPECT_TRUE(removed && *removed && **removed) << (removed && !*removed ? removed->error().describe() : "");
+        {
+            std::lock_guard lock(world_->mutex);
+            EXPECT_EQ(world_->sandboxes.count(m->sandbox_id_for("t")), 0u);
+        }
+        // The thread's next get creates a new sandbox.
+        auto next = co_await m->get("t");
+        EXPECT_TRUE(next && next->kind() == AcquireKind::created) << (next ? "" : next.error().describe());
     });
 }
 
