@@ -264,11 +264,15 @@ void scenario_agent_sandbox(asio::io_context& io, LocalCluster& cluster, const S
                 failures.push_back("scenario 8: the minimal client's warm-up request failed: " + peer.last_head);
                 co_return;
             }
-            // The same sandbox through the API server: a port-forward tunnel to its pod's runtime
-            // (the Sandbox's pod carries its name). Set-up = the first call on a fresh connection.
+            // The same sandbox through the API server: a port-forward tunnel to the router's
+            // Service (agent-sandbox-system/sandbox-router-svc:8080, resolved through its
+            // EndpointSlices), so both paths cross the router. Set-up = the first call on a fresh
+            // connection.
             TunnelConnectionOptions tunnel_options;
-            tunnel_options.pod = sandbox_name;
-            tunnel_options.port = 8888;
+            tunnel_options.namespace_name = "agent-sandbox-system";
+            tunnel_options.service = "sandbox-router-svc";
+            tunnel_options.port = 8080;
+            tunnel_options.token = cluster.token();
             auto tunnel = make_tunnel_connection(kube, tunnel_options);
             if (!tunnel) {
                 failures.push_back("scenario 8: tunnel: " + tunnel.error().describe());
@@ -364,13 +368,18 @@ void scenario_agent_sandbox(asio::io_context& io, LocalCluster& cluster, const S
     direct_row.scenario = "8 execute(true), tunnel vs direct";
     direct_row.variant = "direct (router URL)";
     direct_row.versus.clear();
-    Row tunnel_row =
-        latency_row("8 execute(true), tunnel vs direct", "tunnel (pods/portforward WebSocket)", tunnel_wall);
+    Row tunnel_row = latency_row("8 execute(true), tunnel vs direct",
+                                 "tunnel to the router Service (pods/portforward WebSocket)", tunnel_wall);
     compare_to_peer(tunnel_row, direct_row, "direct");
     rows.push_back(tunnel_row);
     rows.push_back(direct_row);
-    rows.push_back(
-        in_micros(latency_row("8 execute(true), tunnel vs direct", "client CPU per call over the tunnel", tunnel_cpu)));
+    Row tunnel_cpu_row =
+        in_micros(latency_row("8 execute(true), tunnel vs direct", "client CPU per call over the tunnel", tunnel_cpu));
+    Row direct_cpu_row =
+        in_micros(latency_row("8 execute(true), tunnel vs direct", "client CPU per call, direct", exec_cpu));
+    compare_to_peer(tunnel_cpu_row, direct_cpu_row, "direct", true);
+    rows.push_back(tunnel_cpu_row);
+    rows.push_back(direct_cpu_row);
     rows.push_back(latency_row("8 execute(true), tunnel vs direct", "first call on a new tunnel (WebSocket set-up)",
                                tunnel_setup));
     rows.push_back(
