@@ -4,6 +4,7 @@
 #include "local/kubelet.hpp"
 
 #include "local/kubelet_core.hpp"
+#include "local/seccomp_filter.hpp"
 #include "proto/status.hpp"
 #include "util/child_process.hpp"
 #include "util/random.hpp"
@@ -55,6 +56,9 @@ Kubelet::Kubelet(asio::any_io_executor executor, KubeletOptions options, PodStat
     std::string why;
     if (!core->build_busybox_root(why)) core->log("busybox images unavailable: " + why);
     if (!core->install_runtime(why)) core->log("agent-sandbox runtime images unavailable: " + why);
+    core->seccomp_bytes = seccomp_program_bytes(runtime_default_seccomp());
+    if (core->seccomp_bytes.empty())
+        core->log("no seccomp filter for this architecture: system calls are not filtered");
     core->probe_isolation();
     if (core->isolation) core->start_sweeper();
     if (core->isolation) {

@@ -13,6 +13,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/json/object.hpp>
 
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -34,6 +35,9 @@ struct KubeletOptions {
     std::string bwrap_program = "bwrap";    // see LocalClusterOptions::bwrap_program
     std::int64_t pod_pids_limit = 4096;     // processes per pod (a node's podPidsLimit), with cgroups
     std::filesystem::path runtime_program;  // kubesandbox-runtime, for runtime images; empty = none
+    std::filesystem::path enter_program;    // kubesandbox-enter; empty = look for it (see find_enter_program)
+    // How often a pod with an ephemeral-storage limit or an emptyDir sizeLimit is measured.
+    std::chrono::milliseconds storage_check_interval{2000};
     Logger logger{};
 };
 

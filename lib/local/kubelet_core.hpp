@@ -64,7 +64,7 @@ asio::awaitable<void> write_status(net::AnyStream& stream, unsigned version, uns
 // Pod bookkeeping
 
 struct PodRecord {
-    explicit PodRecord(asio::any_io_executor ex) : timer(ex), deadline_timer(ex), grace_timer(ex) {}
+    explicit PodRecord(asio::any_io_executor ex) : timer(ex), deadline_timer(ex), grace_timer(ex), storage_timer(ex) {}
     std::string ns, name, uid;
     json::object pod;
     fs::path dir;
@@ -88,13 +88,16 @@ struct PodRecord {
     int pidfd = -1;
     bool stopping = false;  // deletionTimestamp seen
     bool removed = false;   // gone from the store / kubelet shut down
-    bool deadline_hit = false;
+    // Ended by the kubelet (activeDeadlineSeconds, eviction): the pod fails with these.
+    bool ended_by_kubelet = false;
+    std::string end_reason, end_message;
     bool finished = false;  // terminal status written
     bool running() const { return pid > 0 && inner_pid > 0 && state.contains("running"); }
 
     asio::steady_timer timer;           // back-off waits
     asio::steady_timer deadline_timer;  // activeDeadlineSeconds
     asio::steady_timer grace_timer;     // SIGKILL after the grace period
+    asio::steady_timer storage_timer;   // between ephemeral-storage checks
 };
 
 struct Core {
@@ -138,6 +141,15 @@ struct Core {
 
     // Copies kubesandbox-runtime where pods can bind it from (layout.runtime_program).
     bool install_runtime(std::string& why);
+
+    // Finds kubesandbox-enter (layout.enter_program): the option, $KUBESANDBOX_ENTER, the
+    // installed program, the built one.
+    bool find_enter_program(std::string& why);
+
+    // The read end of a pipe holding the seccomp filter for bubblewrap's --seccomp, or -1 when
+    // the architecture has none (logged once).
+    Fd seccomp_pipe() const;
+    std::string seccomp_bytes;  // the runtime-default filter's instructions
 
     // Marks the container ready once its readinessProbe port (httpGet or tcpSocket) accepts a
     // connection inside the pod; a container without such a probe is ready when started.
@@ -183,6 +195,9 @@ struct Core {
 
     asio::awaitable<void> run_pod(std::shared_ptr<PodRecord> p);
 
+    // Measures the pod's local storage every storage_check_interval while its container runs
+    // `restart`, and evicts the pod when it uses more than its limits allow.
+    asio::awaitable<void> watch_storage(std::shared_ptr<PodRecord> p, int restart);
     asio::awaitable<void> run_deadline(std::shared_ptr<PodRecord> p, std::int64_t seconds);
 
     asio::awaitable<void> run_grace(std::shared_ptr<PodRecord> p, std::int64_t seconds);

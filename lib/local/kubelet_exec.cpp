@@ -506,9 +506,10 @@ asio::awaitable<void> Kubelet::serve_exec(StreamRequest request) {
     sp.env = pod->plan->env;
     sp.new_session = true;
     if (core->isolation) {
-        sp.argv = exec_argv(*pod->plan, pod->inner_pid, q.command);
         // The command counts against the pod's limits (memory, pids) like its own processes.
-        if (core->cgroups) sp.argv = join_cgroup_argv(core->cgroups->procs_files(pod->uid), std::move(sp.argv));
+        sp.argv =
+            exec_argv(*pod->plan, core->layout, pod->inner_pid,
+                      core->cgroups ? core->cgroups->procs_files(pod->uid) : std::vector<std::string>{}, q.command);
     } else {
         sp.argv = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", (pod->dir / "workspace").string()};
         sp.argv.insert(sp.argv.end(), q.command.begin(), q.command.end());

@@ -259,6 +259,13 @@ PlanResult plan_container(const json::object& pod, const json::object& container
         return result;
     }
     plan.read_only_root = get_bool(sc, "readOnlyRootFilesystem").value_or(false);
+    auto seccomp_type = [](const json::object* context) -> std::string {
+        const json::object* profile = context ? get_object(*context, "seccompProfile") : nullptr;
+        return profile ? get_string(*profile, "type") : std::string();
+    };
+    std::string profile = seccomp_type(sc);
+    if (profile.empty()) profile = seccomp_type(pod_sc);
+    plan.seccomp = profile != "Unconfined";
     if (sc) {
         if (auto* caps = get_object(*sc, "capabilities")) {
             if (auto* drop = get_array(*caps, "drop")) {
@@ -290,6 +297,7 @@ PlanResult plan_container(const json::object& pod, const json::object& container
                                              std::string("invalid resources.limits.") + f.name + " " + text};
                     return result;
                 }
+                if (f.into == &plan.limits.ephemeral_storage_bytes) plan.limits.ephemeral_storage_text = text;
             }
         }
     }
@@ -325,7 +333,21 @@ PlanResult plan_container(const json::object& pod, const json::object& container
     if (auto* vols = get_array(*spec, "volumes")) {
         for (const auto& v : *vols) {
             if (!v.is_object()) continue;
-            volume_is_empty_dir[get_string(v.get_object(), "name")] = v.get_object().contains("emptyDir");
+            std::string name = get_string(v.get_object(), "name");
+            auto* empty_dir = get_object(v.get_object(), "emptyDir");
+            volume_is_empty_dir[name] = empty_dir != nullptr;
+            auto* size = empty_dir ? empty_dir->if_contains("sizeLimit") : nullptr;
+            if (!size) continue;
+            std::string text = size->is_string()   ? std::string(size->get_string())
+                               : size->is_number() ? json::serialize(*size)
+                                                   : std::string();
+            auto bytes = parse_quantity(text, false);
+            if (!bytes) {
+                result.error = PlanError{"CreateContainerConfigError",
+                                         "invalid emptyDir.sizeLimit " + text + " of volume " + name};
+                return result;
+            }
+            plan.empty_dir_limits.push_back(EmptyDirLimit{name, *bytes, text});
         }
     }
     std::set<std::string> mounted_paths;
@@ -377,7 +399,8 @@ PlanResult plan_container(const json::object& pod, const json::object& container
 }
 
 std::vector<std::string> bwrap_argv(const ContainerPlan& plan, const HostLayout& layout, const std::string& hostname,
-                                    int info_fd, const std::vector<std::pair<std::string, std::string>>& root_entries) {
+                                    int info_fd, int seccomp_fd,
+                                    const std::vector<std::pair<std::string, std::string>>& root_entries) {
     // bwrap dies with the kubelet (stopped, crashed or SIGKILLed), and with it the pod's pid
     // namespace; setpriv sets the signal after changing uid, which would otherwise clear it.
     std::vector<std::string> a = {"setpriv", "--pdeathsig", "KILL"};
@@ -415,23 +438,21 @@ std::vector<std::string> bwrap_argv(const ContainerPlan& plan, const HostLayout&
     a.insert(a.end(), {"--uid", std::to_string(plan.uid), "--gid", std::to_string(plan.gid)});
     if (plan.drop_all_caps) a.insert(a.end(), {"--cap-drop", "ALL"});
     if (plan.read_only_root) a.insert(a.end(), {"--remount-ro", "/"});
+    if (plan.seccomp && seccomp_fd >= 0) a.insert(a.end(), {"--seccomp", std::to_string(seccomp_fd)});
     a.insert(a.end(), {"--chdir", plan.working_dir, "--"});
     a.insert(a.end(), plan.argv.begin(), plan.argv.end());
     return a;
 }
 
-std::vector<std::string> exec_argv(const ContainerPlan& plan, int pod_pid, const std::vector<std::string>& command) {
-    std::vector<std::string> a = {"nsenter",
-                                  "-t",
-                                  std::to_string(pod_pid),
-                                  "-a",
-                                  "-S",
-                                  std::to_string(plan.uid),
-                                  "-G",
-                                  std::to_string(plan.gid),
-                                  "-W",
-                                  plan.working_dir,
-                                  "--"};
+std::vector<std::string> exec_argv(const ContainerPlan& plan, const HostLayout& layout, int pod_pid,
+                                   const std::vector<std::string>& cgroup_procs,
+                                   const std::vector<std::string>& command) {
+    std::vector<std::string> a = {
+        layout.enter_program.string(), "--target", std::to_string(pod_pid), "--uid", std::to_string(plan.uid), "--gid",
+        std::to_string(plan.gid),      "--cwd",    plan.working_dir};
+    for (const auto& f : cgroup_procs) a.insert(a.end(), {"--cgroup-procs", f});
+    if (plan.seccomp) a.push_back("--seccomp");
+    a.push_back("--");
     a.insert(a.end(), command.begin(), command.end());
     return a;
 }

@@ -53,7 +53,15 @@ struct ResourceLimits {
     std::optional<std::int64_t> memory_bytes;
     std::optional<std::int64_t> cpu_millis;
     std::optional<std::int64_t> ephemeral_storage_bytes;
-    std::int64_t pids = 4096;  // no Kubernetes field: a node's pod pids limit
+    std::string ephemeral_storage_text;  // as written in the spec, for messages
+    std::int64_t pids = 4096;            // no Kubernetes field: a node's pod pids limit
+};
+
+// An emptyDir volume's sizeLimit.
+struct EmptyDirLimit {
+    std::string name;
+    std::int64_t bytes = 0;
+    std::string text;  // as written in the spec, for messages
 };
 
 // A Kubernetes quantity ("64Mi", "1G", "500m", "1.5", "2e3") in base units, or in thousandths
@@ -73,11 +81,15 @@ struct ContainerPlan {
     std::vector<MountPlan> mounts;  // emptyDir volumes, workspace, /tmp
     bool read_only_root = false;
     bool drop_all_caps = false;
+    // The runtime-default seccomp filter (seccomp_filter.hpp) unless the container's or the
+    // pod's securityContext.seccompProfile.type is Unconfined.
+    bool seccomp = true;
     bool host_network = false;  // spec.hostNetwork: the host's network namespace, as Kubernetes does
     // readinessProbe.httpGet.port or tcpSocket.port (a number, or a named container port).
     std::optional<std::uint16_t> readiness_port;
     ResourceLimits limits;
-    std::vector<std::string> warnings;  // unsupported fields that were ignored
+    std::vector<EmptyDirLimit> empty_dir_limits;  // every emptyDir of the pod with a sizeLimit
+    std::vector<std::string> warnings;            // unsupported fields that were ignored
 };
 
 // A pod spec the local kubelet cannot run as asked: waiting reason + message.
@@ -104,18 +116,26 @@ struct HostLayout {
     std::filesystem::path busybox_root;
     // kubesandbox-runtime as pods see it (a copy below the data dir); empty when unavailable.
     std::filesystem::path runtime_program;
+    // kubesandbox-enter on the host (exec into pods); empty when unavailable.
+    std::filesystem::path enter_program;
     // When set, bwrap runs as this unprivileged host uid/gid (through setpriv) because running
     // the sandbox's user namespace on top of host root would make host root's files the pod's.
     std::optional<std::uint32_t> outer_uid;
 };
 
 // The full argv (setpriv + bwrap + command) to start the container. `info_fd` is the fd bwrap
-// writes its child-pid JSON to. `root_entries` lists the top-level names of a non-host root.
+// writes its child-pid JSON to; `seccomp_fd` (-1: none) the one it reads the filter from, used
+// when the plan asks for it. `root_entries` lists the top-level names of a non-host root.
 std::vector<std::string> bwrap_argv(const ContainerPlan& plan, const HostLayout& layout, const std::string& hostname,
-                                    int info_fd, const std::vector<std::pair<std::string, std::string>>& root_entries);
+                                    int info_fd, int seccomp_fd,
+                                    const std::vector<std::pair<std::string, std::string>>& root_entries);
 
-// argv for running `command` inside a running pod (nsenter into the pod's first process).
-std::vector<std::string> exec_argv(const ContainerPlan& plan, int pod_pid, const std::vector<std::string>& command);
+// argv for running `command` inside a running pod through kubesandbox-enter: the pod's
+// namespaces (those of `pod_pid`, its first process), user, capabilities, seccomp filter and
+// the cgroups whose cgroup.procs files are given.
+std::vector<std::string> exec_argv(const ContainerPlan& plan, const HostLayout& layout, int pod_pid,
+                                   const std::vector<std::string>& cgroup_procs,
+                                   const std::vector<std::string>& command);
 
 // Parses {"child-pid": N, ...} from bwrap --info-fd output; 0 when absent.
 int parse_child_pid(std::string_view info_json);

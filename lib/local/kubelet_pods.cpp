@@ -5,6 +5,7 @@
 
 #include "local/kubelet_core.hpp"
 #include "local/port_forward.hpp"
+#include "local/storage_usage.hpp"
 #include "proto/status.hpp"
 #include "util/child_process.hpp"
 #include "util/random.hpp"
@@ -13,6 +14,8 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <fcntl.h>
@@ -83,10 +86,12 @@ std::variant<Fd, std::string> Core::start(PodRecord& p) {
         if (::pipe2(fds, O_CLOEXEC) != 0) return std::string("pipe: ") + std::strerror(errno);
         info_rd = Fd(fds[0]);
         Fd info_wr(fds[1]);
-        s.argv = bwrap_argv(plan, layout, p.name, 3, entries);
+        Fd filter = plan.seccomp ? seccomp_pipe() : Fd();
+        s.argv = bwrap_argv(plan, layout, p.name, 3, filter.fd >= 0 ? 4 : -1, entries);
         use_bwrap_program(s.argv);
         if (cgroups) s.argv = join_cgroup_argv(cgroups->procs_files(p.uid), std::move(s.argv));
         s.dups.push_back({info_wr.fd, 3});
+        if (filter.fd >= 0) s.dups.push_back({filter.fd, 4});
         // posix_spawnp searches the caller's PATH for setpriv/bwrap; the child gets plan.env.
         p.pid = s.run();
     } else {
@@ -221,7 +226,7 @@ asio::awaitable<void> Core::run_pod(std::shared_ptr<PodRecord> p) {
         if (planned.error->reason != "ErrImagePull") co_return;
         p->timer.expires_after(2s);
         co_await p->timer.async_wait(tuple_awaitable);
-        if (gone() || p->stopping || p->deadline_hit) co_return;
+        if (gone() || p->stopping || p->ended_by_kubelet) co_return;
         p->state = json::object{{"waiting", json::object{{"reason", "ImagePullBackOff"},
                                                          {"message", "Back-off pulling image \"" + p->image + "\""}}}};
         publish(p);
@@ -251,7 +256,7 @@ asio::awaitable<void> Core::run_pod(std::shared_ptr<PodRecord> p) {
     auto backoff = kRestartBackoffBase;
     for (;;) {
         if (gone()) co_return;
-        if (p->stopping || p->deadline_hit) break;
+        if (p->stopping || p->ended_by_kubelet) break;
         auto started = start(*p);
         std::string started_at = now_time();
         auto begun = std::chrono::steady_clock::now();
@@ -274,13 +279,14 @@ asio::awaitable<void> Core::run_pod(std::shared_ptr<PodRecord> p) {
             p->started = true;
             p->phase = "Running";
             publish(p);
+            if (has_storage_limits(*p->plan)) spawn(watch_storage(p, p->restart_count));
             co_await wait_exit(p->pidfd, p->pid, code);
             if (p->pidfd >= 0) ::close(p->pidfd);
             p->pidfd = -1;
             p->pid = -1;
             p->inner_pid = 0;
             if (gone()) co_return;
-            if (code != 0 && !p->stopping && !p->deadline_hit) log_container_exit(*p, code, begun);
+            if (code != 0 && !p->stopping && !p->ended_by_kubelet) log_container_exit(*p, code, begun);
         }
         p->ready = false;
         p->started = false;
@@ -296,7 +302,7 @@ asio::awaitable<void> Core::run_pod(std::shared_ptr<PodRecord> p) {
         if (!fail_message.empty()) term["message"] = fail_message;
         if (!p->container_id.empty()) term["containerID"] = p->container_id;
         p->state = json::object{{"terminated", term}};
-        bool terminal = p->stopping || p->deadline_hit || policy == "Never" || (policy == "OnFailure" && code == 0);
+        bool terminal = p->stopping || p->ended_by_kubelet || policy == "Never" || (policy == "OnFailure" && code == 0);
         if (terminal) break;
         // Restart with back-off (reset after 10 minutes of running, as a real node does).
         if (std::chrono::steady_clock::now() - begun > 600s) backoff = kRestartBackoffBase;
@@ -311,7 +317,7 @@ asio::awaitable<void> Core::run_pod(std::shared_ptr<PodRecord> p) {
         co_await p->timer.async_wait(tuple_awaitable);
         backoff = std::min<std::chrono::seconds>(backoff * 2, kRestartBackoffCap);
         if (gone()) co_return;
-        if (p->stopping || p->deadline_hit) break;
+        if (p->stopping || p->ended_by_kubelet) break;
         ++p->restart_count;
     }
     // Terminal.
@@ -321,10 +327,10 @@ asio::awaitable<void> Core::run_pod(std::shared_ptr<PodRecord> p) {
         p->state = json::object{{"terminated", term}};
     }
     std::int64_t code = num(obj(p->state, "terminated"), "exitCode").value_or(1);
-    if (p->deadline_hit) {
+    if (p->ended_by_kubelet) {
         p->phase = "Failed";
-        p->reason = "DeadlineExceeded";
-        p->message = "Pod was active on the node longer than the specified deadline";
+        p->reason = p->end_reason;
+        p->message = p->end_message;
     } else {
         p->phase = code == 0 ? "Succeeded" : "Failed";
     }
@@ -338,8 +344,10 @@ asio::awaitable<void> Core::run_pod(std::shared_ptr<PodRecord> p) {
 asio::awaitable<void> Core::run_deadline(std::shared_ptr<PodRecord> p, std::int64_t seconds) {
     p->deadline_timer.expires_after(std::chrono::seconds(seconds));
     auto [ec] = co_await p->deadline_timer.async_wait(tuple_awaitable);
-    if (ec || shut_down || p->removed || p->finished) co_return;
-    p->deadline_hit = true;
+    if (ec || shut_down || p->removed || p->finished || p->ended_by_kubelet) co_return;
+    p->ended_by_kubelet = true;
+    p->end_reason = "DeadlineExceeded";
+    p->end_message = "Pod was active on the node longer than the specified deadline";
     if (p->pid > 0) {
         kill_pod(*p, SIGKILL);
     } else {
@@ -347,11 +355,53 @@ asio::awaitable<void> Core::run_deadline(std::shared_ptr<PodRecord> p, std::int6
         if (!p->plan) {
             // Never started (image error): the pod fails without a container.
             p->phase = "Failed";
-            p->reason = "DeadlineExceeded";
-            p->message = "Pod was active on the node longer than the specified deadline";
+            p->reason = p->end_reason;
+            p->message = p->end_message;
             p->finished = true;
             publish(p);
         }
+    }
+}
+
+namespace {
+
+// Walks the folders in slices of a few thousand entries, handing the thread back between.
+asio::awaitable<std::uint64_t> measure_usage(asio::any_io_executor executor, std::vector<fs::path> roots) {
+    DiskUsageWalk walk(std::move(roots));
+    while (!walk.step(2000)) co_await asio::post(executor, asio::use_awaitable);
+    co_return walk.bytes();
+}
+
+}  // namespace
+
+asio::awaitable<void> Core::watch_storage(std::shared_ptr<PodRecord> p, int restart) {
+    auto watching = [&] {
+        return !shut_down && !p->removed && !p->finished && !p->ended_by_kubelet && !p->stopping &&
+               p->restart_count == restart && p->pid > 0;
+    };
+    const ContainerPlan plan = *p->plan;
+    for (;;) {
+        p->storage_timer.expires_after(options.storage_check_interval);
+        co_await p->storage_timer.async_wait(tuple_awaitable);
+        if (!watching()) co_return;
+        PodStorageUse use;
+        for (const auto& m : plan.mounts) {
+            if (m.name.empty() || use.volumes.count(m.name) || m.host_path.filename() == "unsupported-volume") continue;
+            std::vector<fs::path> volume = {p->dir / "volumes" / m.name};
+            use.volumes[m.name] = co_await measure_usage(executor, std::move(volume));
+        }
+        std::vector<fs::path> own = {p->dir / "workspace", p->dir / "tmp", p->dir / "container.log"};
+        use.container = co_await measure_usage(executor, std::move(own));
+        if (!watching()) co_return;
+        auto message = storage_eviction_message(plan, use);
+        if (!message) continue;
+        // Evicted at once (no grace period), as a kubelet does for local storage.
+        log("pod " + p->ns + "/" + p->name + " evicted: " + *message);
+        p->ended_by_kubelet = true;
+        p->end_reason = "Evicted";
+        p->end_message = *message;
+        kill_pod(*p, SIGKILL);
+        co_return;
     }
 }
 

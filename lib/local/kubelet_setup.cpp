@@ -1,6 +1,7 @@
 // The local kubelet's host preparation: what of the host a pod sees, the busybox image root,
 // and whether bubblewrap can isolate pods here at all.
 #include "local/kubelet_core.hpp"
+#include "local/seccomp_filter.hpp"
 #include "util/random.hpp"
 
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -174,6 +176,33 @@ bool Core::install_runtime(std::string& why) {
     return true;
 }
 
+bool Core::find_enter_program(std::string& why) {
+    std::error_code ec;
+    std::vector<fs::path> candidates;
+    if (!options.enter_program.empty()) candidates.push_back(options.enter_program);
+    if (const char* env = std::getenv("KUBESANDBOX_ENTER"); env && *env) candidates.emplace_back(env);
+    if (candidates.empty()) candidates = {KUBESANDBOX_ENTER_INSTALLED, KUBESANDBOX_ENTER_BUILT};
+    for (const auto& c : candidates) {
+        if (fs::is_regular_file(c, ec) && ::access(c.c_str(), X_OK) == 0) {
+            layout.enter_program = fs::absolute(c, ec);
+            return true;
+        }
+    }
+    why = "kubesandbox-enter was not found (set KUBESANDBOX_ENTER to its path)";
+    return false;
+}
+
+Fd Core::seccomp_pipe() const {
+    if (seccomp_bytes.empty()) return Fd();
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return Fd();
+    Fd rd(p[0]), wr(p[1]);
+    // A few hundred bytes: far below a pipe's buffer, so the write completes at once.
+    if (::write(wr.fd, seccomp_bytes.data(), seccomp_bytes.size()) != static_cast<ssize_t>(seccomp_bytes.size()))
+        return Fd();
+    return rd;
+}
+
 void Core::use_bwrap_program(std::vector<std::string>& argv) const {
     if (options.bwrap_program.empty() || options.bwrap_program == "bwrap") return;
     for (auto& a : argv)
@@ -231,7 +260,9 @@ void Core::probe_isolation() {
     plan.uid = 1000;
     plan.gid = 1000;
     plan.mounts.push_back(MountPlan{"", probe, "/probe", false, {}});
-    auto argv = bwrap_argv(plan, layout, "probe", 3, {});
+    // The filter too, so a bubblewrap that cannot load it is found here rather than by pods.
+    Fd filter = seccomp_pipe();
+    auto argv = bwrap_argv(plan, layout, "probe", 3, filter.fd >= 0 ? 4 : -1, {});
     use_bwrap_program(argv);
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) {
@@ -241,6 +272,7 @@ void Core::probe_isolation() {
     Fd rd(p[0]), wr(p[1]);
     Fd err(::open((options.data_dir / "pods" / ".probe.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     Spawn s{argv, {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}, {{wr.fd, 3}}, true};
+    if (filter.fd >= 0) s.dups.push_back({filter.fd, 4});
     if (err.fd >= 0) s.dups.push_back({err.fd, 2});
     pid_t pid = s.run();
     wr.reset();
@@ -267,6 +299,11 @@ void Core::probe_isolation() {
         problem = "bubblewrap cannot create the pod namespaces here (exit " + std::to_string(exit_code_of(st)) +
                   "): " + text + " (user namespaces must be enabled; data_dir must be reachable by uid " +
                   std::to_string(layout.outer_uid.value_or(::geteuid())) + ")";
+        return;
+    }
+    std::string why;
+    if (!find_enter_program(why)) {
+        problem = why;
         return;
     }
     isolation = true;

@@ -98,6 +98,17 @@ json::object Core::build_status(PodRecord& p) {
         if (c.is_object() && str(c.get_object(), "type") == "PodScheduled") scheduled = c.get_object();
     }
     conditions.push_back(scheduled);
+    if (p.reason == "Evicted") {
+        // Since Kubernetes 1.26 a kubelet marks the pods it evicts.
+        auto& t = p.transitions["DisruptionTarget"];
+        if (t.first != "True") t = {"True", now};
+        conditions.push_back(json::object{{"type", "DisruptionTarget"},
+                                          {"status", "True"},
+                                          {"lastProbeTime", nullptr},
+                                          {"lastTransitionTime", t.second},
+                                          {"reason", "TerminationByKubelet"},
+                                          {"message", p.message}});
+    }
 
     json::object cs{
         {"name", p.container_name},        {"state", p.state}, {"lastState", p.last_state}, {"ready", p.ready},

@@ -58,9 +58,24 @@ pid_t Spawn::run() const {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     int highest = 2;
+    for (auto [from, to] : dups) highest = std::max(highest, to);
+    // The dup2s run in order: a source that is also another entry's target would be overwritten
+    // before it is copied. Such sources are copied above every target first.
+    std::vector<int> copies;
     for (auto [from, to] : dups) {
+        bool clobbered =
+            std::any_of(dups.begin(), dups.end(), [&](auto d) { return d.second == from && d.first != from; });
+        if (clobbered) {
+            int copy = ::fcntl(from, F_DUPFD_CLOEXEC, highest + 1);
+            if (copy < 0) {
+                for (int c : copies) ::close(c);
+                posix_spawn_file_actions_destroy(&fa);
+                return -errno;
+            }
+            copies.push_back(copy);
+            from = copy;
+        }
         posix_spawn_file_actions_adddup2(&fa, from, to);
-        highest = std::max(highest, to);
     }
     // Asio opens sockets without CLOEXEC: without this a pod would inherit the API server's
     // listening socket and client connections (and keep closed connections open).
@@ -84,6 +99,7 @@ pid_t Spawn::run() const {
     int rc = posix_spawnp(&pid, a[0], &fa, &attr, a.data(), e.data());
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
+    for (int c : copies) ::close(c);
     return rc == 0 ? pid : -rc;
 }
 

@@ -86,6 +86,7 @@ protected:
         KubeletOptions options;
         options.data_dir = dir_;
         options.pod_pids_limit = 128;  // small enough for a fork loop to hit quickly
+        options.storage_check_interval = 200ms;
         kubelet_ =
             std::make_unique<Kubelet>(io_.get_executor(), options,
                                       [this](const std::string&, const std::string&, const std::string& uid,
@@ -417,6 +418,91 @@ TEST_F(KubeletTest, ExecdCommandsAreConfinedLikeThePod) {
     EXPECT_EQ(r.out, "checked\n") << r.err;
 }
 
+// A pod's processes and the commands exec'd into it run under the runtime-default seccomp
+// filter with the pod's capabilities: none, even for uid 0 (entering the pod's user namespace
+// used to hand exec'd commands every capability in it), and no_new_privs.
+TEST_F(KubeletTest, ExecdCommandsGetThePodsSeccompFilterAndCapabilities) {
+    const char* status_lines = "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status";
+    const std::string confined = "CapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n";
+    for (auto [image, uid] : {std::pair<const char*, int>{"busybox", 1000}, {"ubuntu:24.04", 0}}) {
+        SCOPED_TRACE(image);
+        auto pod = start(make_pod(std::string("filtered-") + std::to_string(uid), image,
+                                  json::array{"sh", "-c", std::string(status_lines) + "; exec sleep infinity"},
+                                  "Always", uid));
+        ASSERT_TRUE(run_until([&] { return running(pod); }, 20s)) << log_of(pod);
+        ASSERT_TRUE(run_until([&] { return log_of(pod).find("Seccomp") != std::string::npos; }, 5s));
+        EXPECT_EQ(log_of(pod), confined);
+        auto r = exec(pod, {"sh", "-c", status_lines});
+        EXPECT_EQ(r.out, confined) << r.err;
+        // What the filter and the missing capabilities refuse, as root too.
+        auto refused = exec(pod, {"sh", "-c",
+                                  "mkdir -p /tmp/m; mount -t tmpfs none /tmp/m 2>/dev/null && echo LEAK-mount; "
+                                  "unshare -n true 2>/dev/null && echo LEAK-unshare; "
+                                  "echo checked"});
+        EXPECT_EQ(refused.out, "checked\n") << refused.err;
+        EXPECT_EQ(exec(pod, {"id", "-u"}).out, std::to_string(uid) + "\n");
+    }
+}
+
+// seccompProfile Unconfined, as a real kubelet takes it: no filter, for exec'd commands too.
+TEST_F(KubeletTest, AnUnconfinedSeccompProfileLoadsNoFilter) {
+    auto raw = make_pod("unconfined", "busybox", json::array{"sleep", "infinity"});
+    raw["spec"].as_object()["securityContext"] = json::object{{"seccompProfile", json::object{{"type", "Unconfined"}}}};
+    auto pod = start(raw);
+    ASSERT_TRUE(run_until([&] { return running(pod); }, 20s)) << log_of(pod);
+    EXPECT_EQ(exec(pod, {"grep", "^Seccomp:", "/proc/self/status"}).out, "Seccomp:\t0\n");
+    EXPECT_EQ(exec(pod, {"grep", "^Seccomp:", "/proc/1/status"}).out, "Seccomp:\t0\n");
+}
+
+// Local ephemeral storage, as a kubelet's eviction manager enforces it: a pod writing past an
+// emptyDir's sizeLimit or its containers' ephemeral-storage limit is evicted at once (Failed,
+// Evicted, the kubelet's message, a DisruptionTarget condition); one below its limits runs on.
+TEST_F(KubeletTest, LocalStorageLimitsEvictThePod) {
+    auto writer = [&](const std::string& name, const std::string& target, int mebibytes) {
+        return make_pod(name, "busybox",
+                        json::array{"sh", "-c",
+                                    "dd if=/dev/urandom of=" + target + " bs=1048576 count=" +
+                                        std::to_string(mebibytes) + " 2>/dev/null; sleep infinity"});
+    };
+    auto with_volume = [](json::object pod, json::object empty_dir) {
+        auto& spec = pod["spec"].as_object();
+        spec["volumes"] = json::array{json::object{{"name", "data"}, {"emptyDir", std::move(empty_dir)}}};
+        spec["containers"].as_array()[0].as_object()["volumeMounts"] =
+            json::array{json::object{{"name", "data"}, {"mountPath", "/data"}}};
+        return pod;
+    };
+    auto with_limit = [](json::object pod, const char* quantity) {
+        pod["spec"].as_object()["containers"].as_array()[0].as_object()["resources"] =
+            json::object{{"limits", json::object{{"ephemeral-storage", quantity}}}};
+        return pod;
+    };
+    auto volume = start(with_volume(writer("volume-full", "/data/f", 4), json::object{{"sizeLimit", "1Mi"}}));
+    auto pod_limit = start(with_limit(writer("workspace-full", "/workspace/f", 4), "2Mi"));
+    auto within =
+        start(with_limit(with_volume(writer("within", "/data/f", 1), json::object{{"sizeLimit", "8Mi"}}), "8Mi"));
+    auto evicted = [&](const json::object& pod) {
+        auto* s = last(pod);
+        return s && phase(pod) == "Failed" && s->contains("reason") && s->at("reason").as_string() == "Evicted";
+    };
+    ASSERT_TRUE(run_until([&] { return evicted(volume) && evicted(pod_limit); }, 20s))
+        << phase(volume) << " " << phase(pod_limit) << " " << log_of(volume);
+    EXPECT_EQ(last(volume)->at("message").as_string(), "Usage of EmptyDir volume \"data\" exceeds the limit \"1Mi\". ");
+    EXPECT_EQ(last(pod_limit)->at("message").as_string(),
+              "Pod ephemeral local storage usage exceeds the total limit of containers 2Mi. ");
+    for (const auto* pod : {&volume, &pod_limit}) {
+        EXPECT_EQ(container_state(*pod).at("terminated").at("exitCode").as_int64(), 137);
+        bool marked = false;
+        for (const auto& c : last(*pod)->at("conditions").as_array())
+            if (c.at("type") == "DisruptionTarget" && c.at("status") == "True" &&
+                c.at("reason") == "TerminationByKubelet")
+                marked = true;
+        EXPECT_TRUE(marked) << json::serialize(*last(*pod));
+    }
+    // Several checks later the pod below its limits still runs.
+    run_until([] { return false; }, 1s);
+    EXPECT_TRUE(running(within)) << phase(within);
+}
+
 // resources.limits are enforced where cgroups can be written (CI runs as root: they must be).
 bool limits_enforced(Kubelet& k) {
     if (!k.limits_mode().empty()) return true;
@@ -442,6 +528,24 @@ TEST_F(KubeletTest, MemoryLimitEndsInOomKilled) {
     auto ok = start(
         make_pod("no-oom", "busybox", json::array{"sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1"}, "Never"));
     ASSERT_TRUE(run_until([&] { return phase(ok) == "Succeeded"; }, 20s)) << log_of(ok);
+}
+
+// An exec'd command is inside the pod's cgroups: the same cgroup as the pod's process, and its
+// memory limit ends a command that allocates past it.
+TEST_F(KubeletTest, ExecdCommandsCountAgainstThePodsLimits) {
+    if (!limits_enforced(*kubelet_)) GTEST_SKIP() << kubelet_->limits_problem();
+    auto raw = make_pod("exec-limited", "busybox", json::array{"sleep", "infinity"});
+    raw["spec"].as_object()["containers"].as_array()[0].as_object()["resources"] =
+        json::object{{"limits", json::object{{"memory", "16Mi"}}}};
+    auto pod = start(raw);
+    ASSERT_TRUE(run_until([&] { return running(pod); }, 20s)) << log_of(pod);
+    auto groups = exec(pod, {"sh", "-c", "cat /proc/self/cgroup; echo --; cat /proc/2/cgroup"});
+    auto split = groups.out.find("--\n");
+    ASSERT_NE(split, std::string::npos) << groups.out << groups.err;
+    EXPECT_GT(split, 0u);
+    EXPECT_EQ(groups.out.substr(0, split), groups.out.substr(split + 3));
+    EXPECT_EQ(exit_code(exec(pod, {"dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1"})), 137);
+    EXPECT_EQ(exit_code(exec(pod, {"dd", "if=/dev/zero", "of=/dev/null", "bs=4M", "count=1"})), 0);
 }
 
 // A fork loop stops at the pod's pids limit (busybox sh gives up at the first failed fork);

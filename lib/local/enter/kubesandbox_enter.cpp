@@ -1,0 +1,250 @@
+// kubesandbox-enter: how the local kubelet starts a command exec'd into a pod. In one program
+// image it does what a container runtime's exec does: join the pod's cgroups, enter its
+// namespaces, take its user, working directory and capability sets, set no_new_privs, install
+// the pod's seccomp filter, and exec the command as a child in the pod's pid namespace. It
+// stays as that child's parent and ends as the child ends (its exit code, or the same signal).
+//
+//   kubesandbox-enter --target PID --uid UID --gid GID --cwd DIR
+//                     [--cgroup-procs FILE]... [--seccomp] -- COMMAND [ARG]...
+//
+// Failures before the command runs print one line on stderr and exit 126 (127 when the
+// command does not exist), as a shell or nsenter would. Static and free of C++ runtime
+// machinery on its path, so starting it costs little more than an exec.
+#include "local/seccomp_filter.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+[[noreturn]] void die(int code, const char* what, const char* detail = nullptr) {
+    int err = errno;
+    if (detail) std::fprintf(stderr, "kubesandbox-enter: %s %s: %s\n", what, detail, std::strerror(err));
+    else std::fprintf(stderr, "kubesandbox-enter: %s: %s\n", what, std::strerror(err));
+    _exit(code);
+}
+
+[[noreturn]] void usage(const char* why) {
+    std::fprintf(stderr, "kubesandbox-enter: %s\n", why);
+    _exit(126);
+}
+
+struct Options {
+    long target = 0;
+    long uid = -1;
+    long gid = -1;
+    const char* cwd = nullptr;
+    std::vector<const char*> cgroup_procs;
+    bool seccomp = false;
+    char** command = nullptr;
+};
+
+long number(const char* text) {
+    char* end = nullptr;
+    errno = 0;
+    long v = std::strtol(text, &end, 10);
+    if (errno || !end || *end || v < 0) usage("a number was expected");
+    return v;
+}
+
+Options parse(int argc, char** argv) {
+    Options o;
+    int i = 1;
+    for (; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a == "--") {
+            ++i;
+            break;
+        }
+        if (a == "--seccomp") {
+            o.seccomp = true;
+            continue;
+        }
+        if (i + 1 >= argc) usage("an option lacks its value");
+        const char* v = argv[++i];
+        if (a == "--target") o.target = number(v);
+        else if (a == "--uid") o.uid = number(v);
+        else if (a == "--gid") o.gid = number(v);
+        else if (a == "--cwd") o.cwd = v;
+        else if (a == "--cgroup-procs") o.cgroup_procs.push_back(v);
+        else usage("unknown option");
+    }
+    if (i >= argc || o.target <= 0 || o.uid < 0 || o.gid < 0 || !o.cwd)
+        usage("usage: --target --uid --gid --cwd -- COMMAND");
+    o.command = argv + i;
+    return o;
+}
+
+void join_cgroups(const Options& o) {
+    char pid[32];
+    int n = std::snprintf(pid, sizeof pid, "%d\n", static_cast<int>(::getpid()));
+    for (const char* file : o.cgroup_procs) {
+        int fd = ::open(file, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || ::write(fd, pid, static_cast<std::size_t>(n)) != n) die(126, "cannot join the cgroup", file);
+        ::close(fd);
+    }
+}
+
+// The target's capability sets, as /proc/PID/status shows them.
+struct Caps {
+    unsigned long long bounding = 0, permitted = 0, effective = 0, inheritable = 0;
+};
+
+Caps read_caps(long target) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%ld/status", target);
+    FILE* f = std::fopen(path, "re");
+    if (!f) die(126, "cannot read", path);
+    Caps c;
+    char line[256];
+    int found = 0;
+    while (std::fgets(line, sizeof line, f)) {
+        unsigned long long v = 0;
+        if (std::sscanf(line, "CapBnd: %llx", &v) == 1) c.bounding = v, ++found;
+        if (std::sscanf(line, "CapPrm: %llx", &v) == 1) c.permitted = v, ++found;
+        if (std::sscanf(line, "CapEff: %llx", &v) == 1) c.effective = v, ++found;
+        if (std::sscanf(line, "CapInh: %llx", &v) == 1) c.inheritable = v, ++found;
+    }
+    std::fclose(f);
+    errno = EINVAL;
+    if (found != 4) die(126, "cannot parse", path);
+    return c;
+}
+
+// Enters every namespace of the target that differs from ours. bubblewrap nests the pod's
+// user namespace (--disable-userns) inside the one that owns the other namespaces, so root
+// enters those first and the user namespace last; without privileges the user namespace is
+// what grants the right to enter the others, so what failed is tried again after it.
+void enter_namespaces(long target) {
+    static const struct {
+        const char* name;
+        int type;
+    } kinds[] = {{"cgroup", CLONE_NEWCGROUP}, {"ipc", CLONE_NEWIPC}, {"uts", CLONE_NEWUTS},  {"net", CLONE_NEWNET},
+                 {"pid", CLONE_NEWPID},       {"mnt", CLONE_NEWNS},  {"user", CLONE_NEWUSER}};
+    constexpr int kCount = 7;
+    int fds[kCount];
+    // All opened before any is entered: after the mount namespace, /proc is the pod's.
+    for (int i = 0; i < kCount; ++i) {
+        char path[64];
+        std::snprintf(path, sizeof path, "/proc/%ld/ns/%s", target, kinds[i].name);
+        fds[i] = ::open(path, O_RDONLY | O_CLOEXEC);
+        if (fds[i] < 0) die(126, "cannot open", path);
+        char self[64];
+        std::snprintf(self, sizeof self, "/proc/self/ns/%s", kinds[i].name);
+        struct stat a {
+        }, b{};
+        if (::fstat(fds[i], &a) == 0 && ::stat(self, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+            ::close(fds[i]);
+            fds[i] = -1;  // shared with us (a host-network pod): nothing to enter
+        }
+    }
+    for (int pass = 0; pass < 2; ++pass) {
+        for (int i = 0; i < kCount; ++i) {
+            if (fds[i] < 0) continue;
+            if (::setns(fds[i], kinds[i].type) != 0) {
+                if (pass == 0 && errno == EPERM) continue;
+                die(126, "cannot enter the namespace", kinds[i].name);
+            }
+            ::close(fds[i]);
+            fds[i] = -1;
+        }
+    }
+}
+
+void take_identity(const Options& o, const Caps& caps) {
+    // The bounding set first: dropping from it needs CAP_SETPCAP, which the uid change may take.
+    for (int cap = 0; cap <= 63; ++cap) {
+        if (caps.bounding & (1ULL << cap)) continue;
+        if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) die(126, "cannot drop a capability");
+    }
+    ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    gid_t gid = static_cast<gid_t>(o.gid);
+    // A user namespace made without privileges may deny setgroups; then there are none to drop.
+    if (::setgroups(0, nullptr) != 0 && errno != EPERM) die(126, "cannot clear the groups");
+    if (::setresgid(gid, gid, gid) != 0) die(126, "cannot set the group");
+    if (::setresuid(static_cast<uid_t>(o.uid), static_cast<uid_t>(o.uid), static_cast<uid_t>(o.uid)) != 0)
+        die(126, "cannot set the user");
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2] = {};
+    for (int w = 0; w < 2; ++w) {
+        data[w].effective = static_cast<__u32>(caps.effective >> (32 * w));
+        data[w].permitted = static_cast<__u32>(caps.permitted >> (32 * w));
+        data[w].inheritable = static_cast<__u32>(caps.inheritable >> (32 * w));
+    }
+    // Always set: entering a user namespace grants every capability in it, and a uid change
+    // from a host uid the namespace does not map clears none of them.
+    if (::syscall(SYS_capset, &header, data) != 0) die(126, "cannot set the capabilities");
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die(126, "cannot set no_new_privs");
+}
+
+void install_seccomp() {
+    auto program = kubesandbox::local::runtime_default_seccomp();
+    if (program.empty()) return;  // an architecture the filter does not know
+    sock_fprog prog{static_cast<unsigned short>(program.size()), program.data()};
+    if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) die(126, "cannot install the seccomp filter");
+}
+
+[[noreturn]] void run_command(const Options& o, const Caps& caps) {
+    take_identity(o, caps);
+    // No parent-death signal: when the kubelet ends the exec (a closed connection), the
+    // command must stay until the client's kill finds it and its descendants by its marker;
+    // the pod's pid namespace and cgroup still take it with the pod.
+    if (::chdir(o.cwd) != 0) die(126, "cannot enter the working directory", o.cwd);
+    if (o.seccomp) install_seccomp();
+    ::execvp(o.command[0], o.command);
+    die(errno == ENOENT ? 127 : 126, "cannot execute", o.command[0]);
+}
+
+// Waits for the command and ends the same way: its exit code, or killed by its signal.
+[[noreturn]] void relay_end(pid_t child) {
+    int status = 0;
+    for (;;) {
+        pid_t r = ::waitpid(child, &status, 0);
+        if (r == child) break;
+        if (r < 0 && errno != EINTR) die(126, "cannot wait for the command");
+    }
+    if (WIFEXITED(status)) _exit(WEXITSTATUS(status));
+    int sig = WTERMSIG(status);
+    rlimit no_core{0, 0};
+    ::setrlimit(RLIMIT_CORE, &no_core);
+    ::signal(sig, SIG_DFL);
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    ::sigprocmask(SIG_UNBLOCK, &one, nullptr);
+    ::kill(::getpid(), sig);
+    _exit(128 + sig);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options o = parse(argc, argv);
+    // Dies with the kubelet; the pod's pid namespace takes the command with the pod.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    join_cgroups(o);
+    Caps caps = read_caps(o.target);
+    enter_namespaces(o.target);
+    // The pid namespace applies to children only: the command is one.
+    pid_t child = ::fork();
+    if (child < 0) die(126, "cannot fork");
+    if (child == 0) run_command(o, caps);
+    relay_end(child);
+}
