@@ -122,9 +122,11 @@ struct ExecuteHandler {
 
     bool on_document_begin(json::error_code&) { return true; }
     bool on_document_end(json::error_code&) { return true; }
+    // A value that is an object or array uses up its key, as a scalar does.
     bool on_object_begin(json::error_code&) {
         if (depth == 0) top_is_object = true;
         ++depth;
+        key.clear();
         return true;
     }
     bool on_object_end(std::size_t, json::error_code&) {
@@ -133,6 +135,7 @@ struct ExecuteHandler {
     }
     bool on_array_begin(json::error_code&) {
         ++depth;
+        key.clear();
         return true;
     }
     bool on_array_end(std::size_t, json::error_code&) {
@@ -261,9 +264,14 @@ DecodedRun decode_run(std::string stdout_text, std::string stderr_text, std::str
             }
         }
         r.exit_code = digits ? std::optional<std::int64_t>(code) : std::nullopt;
-        // The trailer (whole, or what the cap left of it) is not part of the output.
-        if (auto cut = stderr_text.rfind("\n" + std::string(marker).substr(0, 8)); cut != std::string::npos)
+        // The trailer (whole, or what the cap left of it, even a few letters of the marker that
+        // would read as base64) is not part of the output: base64 writes no empty line, and the
+        // trailer starts with one (or at the very start, when the command wrote no stderr).
+        if (!stderr_text.empty() && stderr_text.front() == '\n') {
+            stderr_text.clear();
+        } else if (auto cut = stderr_text.find("\n\n"); cut != std::string::npos) {
             stderr_text.resize(cut);
+        }
         auto out = decode_prefix(stdout_text);
         auto err = decode_prefix(stderr_text);
         if (!out || !err) {

@@ -13,7 +13,9 @@ cxx=clang++-14
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -I"$root/include" -I"$root/lib"
        -DBOOST_ASIO_NO_DEPRECATED -DBOOST_BEAST_USE_STD_STRING_VIEW)
 objs=()
-for src in "$root"/lib/error.cpp "$root"/lib/proto/*.cpp "$root"/lib/local/spdy.cpp; do
+for src in "$root"/lib/error.cpp "$root"/lib/proto/*.cpp "$root"/lib/local/spdy.cpp "$root"/lib/files/text.cpp \
+           "$root"/lib/util/json_access.cpp "$root"/lib/connection/http1.cpp "$root"/lib/connection/gateway_address.cpp \
+           "$root"/lib/sandbox/runtime_protocol.cpp; do
   obj="$out/obj/$(basename "$src" .cpp).o"
   if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then
     "$cxx" "${flags[@]}" -c "$src" -o "$obj" &
