@@ -33,6 +33,13 @@ TEST(RuntimeProtocol, ReaderKeepsCappedStreamsAndTheTailOfStderr) {
     EXPECT_EQ(reader.exit_code(), 3);
     EXPECT_TRUE(reader.truncated());
 
+    // A member whose value is an object or array does not swallow the next member's key.
+    rp::ExecuteResponseReader nested(10);
+    ASSERT_TRUE(nested.write(R"({"extra":{},"stdout":"a","list":[1],"exit_code":3,"stderr":"b"})") && nested.finish());
+    EXPECT_EQ(nested.stdout_text(), "a");
+    EXPECT_EQ(nested.stderr_text(), "b");
+    EXPECT_EQ(nested.exit_code(), 3);
+
     rp::ExecuteResponseReader bad(10);
     EXPECT_FALSE(bad.write("{\"stdout\": tru") && bad.write("x}") && bad.finish());
     rp::ExecuteResponseReader cut(10);
@@ -61,6 +68,11 @@ TEST(RuntimeProtocol, DecodesTheWrappedRun) {
     EXPECT_EQ(r.stdout_bytes, "hello wor");
     EXPECT_EQ(r.stderr_bytes, "");
     EXPECT_TRUE(r.truncated);
+    // The cap cut stderr inside the trailer's first letters, which read as base64: not output.
+    r = rp::decode_run("aGkK\n", "/w==\n\n" + m.substr(0, 5), "/w==\n\n" + m + "-base64 7\n", true, m);
+    EXPECT_FALSE(r.malformed);
+    EXPECT_EQ(r.stderr_bytes, "\xff");
+    EXPECT_EQ(r.exit_code, 7);
     r = rp::decode_run("not base64!", "\n" + m + "-base64 0\n", "\n" + m + "-base64 0\n", false, m);
     EXPECT_TRUE(r.malformed);
     // A marker the command printed itself in the middle of stderr is not a trailer.
