@@ -20,6 +20,11 @@
 #include <boost/json/serialize.hpp>
 
 #include <stdlib.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 
 #include <cstdio>
 #include <cstdlib>
@@ -46,8 +51,9 @@ constexpr const char* usage_text =
     "                          create (or reconnect to) a sandbox; prints its id on stdout\n"
     "  list [-l K=V[,K=V]] [--status S]   list sandboxes (all pages)\n"
     "  exec ID [--timeout S] -- CMD ARGS...\n"
-    "                          run CMD (no shell) in the sandbox; its output on stdout and its\n"
-    "                          exit code as ours (124 on timeout)\n"
+    "                          run CMD (no shell) in the sandbox; its stdout and stderr on ours as\n"
+    "                          they arrive (raw mode: uncapped, constant memory) and its exit\n"
+    "                          code as ours (124 on timeout)\n"
     "  cp LOCAL ID:PATH | cp ID:PATH LOCAL   copy a file in or out (PATH absolute)\n"
     "  ls ID PATH              list a folder\n"
     "  read ID PATH [--offset N] [--limit N]   numbered lines [N+1, N+limit] (default 0, 2000)\n"
@@ -274,6 +280,20 @@ std::string name_of(const Sandbox& sandbox) {
     return id.substr(id.find('/') + 1);
 }
 
+// Writes all of `data` to `fd`, blocking; false on an error, whose errno is kept in `error`.
+bool write_all(int fd, std::string_view data, int& error) {
+    while (!data.empty()) {
+        ssize_t n = ::write(fd, data.data(), data.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            error = n < 0 ? errno : EIO;
+            return false;
+        }
+        data.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+}
+
 asio::awaitable<int> run_command(SandboxProvider& provider, const ModeInfo& mode, Args& a) {
     const std::string& cmd = a.command;
     if (cli::is_file_command(cmd)) {
@@ -377,9 +397,30 @@ asio::awaitable<int> run_command(SandboxProvider& provider, const ModeInfo& mode
             co_return *r->exit_code & 0xff;
         }
         std::string no_stdin;
+        if (!a.json) {
+            // Printed as it arrives, nothing kept: `exec ID -- cat big > file` runs in constant
+            // memory. A blocking write is the back-pressure: the next piece is read after it.
+            int write_error = 0;
+            OutputSink print = [&write_error](int stream, std::string_view data) -> asio::awaitable<bool> {
+                co_return write_all(stream == 2 ? STDERR_FILENO : STDOUT_FILENO, data, write_error);
+            };
+            auto r = co_await pod->run(command, no_stdin, timeout, std::move(print));
+            if (!r) co_return report(r.error());
+            if (r->stopped) {
+                if (write_error == EPIPE) co_return 128 + SIGPIPE;  // what a shell reports for `... | head`
+                std::cerr << "kubesandbox: cannot write the output: " << std::strerror(write_error) << "\n";
+                co_return 1;
+            }
+            if (r->timed_out) std::cerr << "kubesandbox: command timed out; its processes were killed\n";
+            if (!r->exit_code) {
+                std::cerr << "kubesandbox: exit code unknown (no status from the API server)\n";
+                co_return 1;
+            }
+            co_return *r->exit_code & 0xff;
+        }
         auto r = co_await pod->run(command, no_stdin, timeout);
         if (!r) co_return report(r.error());
-        if (a.json) {
+        {
             // The library's ExecuteResponse shape (output = stdout, then "\n" + stderr), plus
             // the streams apart.
             std::string output = r->stdout_data;
@@ -397,13 +438,6 @@ asio::awaitable<int> run_command(SandboxProvider& provider, const ModeInfo& mode
             out["truncated"] = r->truncated;
             out["timed_out"] = r->timed_out;
             print_json(out);
-        } else {
-            std::fwrite(r->stdout_data.data(), 1, r->stdout_data.size(), stdout);
-            std::fflush(stdout);
-            std::fwrite(r->stderr_data.data(), 1, r->stderr_data.size(), stderr);
-            if (r->truncated)
-                std::cerr << "kubesandbox: output truncated at " << mode.max_output_bytes << " bytes per stream\n";
-            if (r->timed_out) std::cerr << "kubesandbox: command timed out; its processes were killed\n";
         }
         if (!r->exit_code) {
             std::cerr << "kubesandbox: exit code unknown (no status from the API server)\n";
@@ -535,6 +569,8 @@ asio::awaitable<int> run_command(SandboxProvider& provider, const ModeInfo& mode
 }  // namespace
 
 int main(int argc, char** argv) {
+    // A closed stdout (`exec ... | head`) is an EPIPE to report, not a signal that kills us.
+    std::signal(SIGPIPE, SIG_IGN);
     Args a;
     try {
         a = parse(argc, argv);

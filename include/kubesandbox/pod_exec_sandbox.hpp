@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kubesandbox {
@@ -35,7 +36,14 @@ struct RunResponse {
     std::optional<int> exit_code{};  // 124 on timeout; empty = unknown (no status arrived)
     bool truncated{};                // a stream passed max_output_bytes
     bool timed_out{};
+    bool stopped{};  // the output sink returned false: the command was killed there
 };
+
+// Receives a command's output as it arrives: stream 1 is stdout, 2 is stderr; `data` is valid
+// until the returned awaitable completes. The next piece is read only then, so a slow sink slows
+// the command down (through TCP) instead of filling memory. Returning false ends the command:
+// it is killed, as on a timeout.
+using OutputSink = std::function<boost::asio::awaitable<bool>(int stream, std::string_view data)>;
 
 class PodExecSandbox final : public Sandbox {
 public:
@@ -59,6 +67,11 @@ public:
     // v5). Each stream is capped at max_output_bytes; a timeout kills what the command started.
     boost::asio::awaitable<Result<RunResponse>> run(std::vector<std::string> argv, std::string stdin_data,
                                                     std::optional<std::chrono::seconds> timeout);
+    // run() with the output handed to `sink` as it arrives instead of collected: memory stays
+    // the same however much the command prints, and no cap applies. The response's stdout_data
+    // and stderr_data stay empty.
+    boost::asio::awaitable<Result<RunResponse>> run(std::vector<std::string> argv, std::string stdin_data,
+                                                    std::optional<std::chrono::seconds> timeout, OutputSink sink);
 
 private:
     struct Internals;

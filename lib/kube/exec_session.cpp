@@ -110,6 +110,17 @@ asio::awaitable<ReadResult> read_loop(WebSocket& ws, ExecOutcome& out, std::stri
         if (!message.empty()) {
             auto frame = proto::decode_channel_frame(message);
             if (frame) {
+                if (options.on_output && (frame->channel == 1 || frame->channel == 2)) {
+                    // Awaited before the next read: a slow consumer holds the server back (TCP).
+                    if (!co_await options.on_output(frame->channel, frame->payload)) {
+                        out.stopped_by_sink = true;
+                        finished = true;
+                        ws.next_layer().close();
+                        co_return ReadResult{};
+                    }
+                    buffer.consume(buffer.size());
+                    continue;
+                }
                 switch (frame->channel) {
                     case 1:
                         add_capped(out.stdout_data, frame->payload, options.max_stdout, out.stdout_truncated);

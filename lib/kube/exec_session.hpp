@@ -8,9 +8,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kubesandbox::kube {
@@ -30,7 +32,8 @@ struct ExecOutcome {
     bool stderr_truncated{};
     std::optional<int> exit_code{};
     bool timed_out{};
-    bool closed_cleanly{};  // the server closed the WebSocket normally (1000)
+    bool closed_cleanly{};   // the server closed the WebSocket normally (1000)
+    bool stopped_by_sink{};  // on_output returned false: the session was ended there
     std::string protocol{};
 };
 
@@ -44,6 +47,9 @@ struct ExecRunOptions {
     // code arrives): for reads where nothing past the cap is wanted, e.g. /dev/zero.
     bool stop_at_cap{};
     std::optional<std::chrono::steady_clock::duration> timeout{};
+    // When set, stdout (1) and stderr (2) go here as they arrive instead of into the outcome (no
+    // caps apply). The next message is read only once it completes; false ends the session.
+    std::function<boost::asio::awaitable<bool>(int channel, std::string_view data)> on_output{};
 };
 
 // Runs one exec session to completion on a strand of the client's executor. Errors: the

@@ -219,7 +219,7 @@ struct PodExecSandbox::Internals {
 
     static asio::awaitable<Result<kube::ExecOutcome>> run_marked(PodExecSandbox& self, std::vector<std::string> argv,
                                                                  std::string stdin_data, bool with_stdin,
-                                                                 std::chrono::seconds limit) {
+                                                                 std::chrono::seconds limit, OutputSink sink) {
         const std::string marker = util::random_hex(8);
         kube::ExecTarget target = make_target(self, launch_argv(self, marker, std::move(argv)), with_stdin);
         kube::ExecRunOptions run;
@@ -227,6 +227,7 @@ struct PodExecSandbox::Internals {
         run.max_stdout = self.options_.max_output_bytes;
         run.max_stderr = self.options_.max_output_bytes;
         if (limit.count() > 0) run.timeout = limit;
+        run.on_output = std::move(sink);
         auto outcome = co_await kube::run_exec(KubeClientAccess::impl(self.client_), std::move(target), std::move(run));
         if (self.options_.on_activity) self.options_.on_activity();
         if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none) {
@@ -250,7 +251,7 @@ struct PodExecSandbox::Internals {
             }
             co_return fail(outcome.error());
         }
-        if (outcome->timed_out) {
+        if (outcome->timed_out || outcome->stopped_by_sink) {
             co_await kill_marked(self, marker);
         } else if (!outcome->exit_code || *outcome->exit_code >= 128) {
             // Killed by a signal or no status: on a real node this is how a deleted pod looks.
@@ -287,7 +288,9 @@ asio::awaitable<Result<ExecuteResponse>> PodExecSandbox::execute(std::string com
     if (auto bad = check_command({command}, timeout)) co_return fail(std::move(*bad));
     const std::chrono::seconds limit = timeout.value_or(options_.default_timeout);
     std::vector<std::string> argv{options_.shell, "-c", std::move(command)};
-    auto outcome = co_await Internals::run_marked(*this, std::move(argv), std::string(), false, limit);
+    OutputSink collected;  // none: the output is collected with its cap
+    auto outcome =
+        co_await Internals::run_marked(*this, std::move(argv), std::string(), false, limit, std::move(collected));
     if (!outcome) co_return fail(outcome.error());
     // On timeout the output so far is dropped, as the reference does.
     if (outcome->timed_out) co_return timed_out_response(limit);
@@ -296,11 +299,19 @@ asio::awaitable<Result<ExecuteResponse>> PodExecSandbox::execute(std::string com
 
 asio::awaitable<Result<RunResponse>> PodExecSandbox::run(std::vector<std::string> argv, std::string stdin_data,
                                                          std::optional<std::chrono::seconds> timeout) {
+    OutputSink collected;  // none: the streams are collected with their caps
+    co_return co_await run(std::move(argv), std::move(stdin_data), timeout, std::move(collected));
+}
+
+asio::awaitable<Result<RunResponse>> PodExecSandbox::run(std::vector<std::string> argv, std::string stdin_data,
+                                                         std::optional<std::chrono::seconds> timeout, OutputSink sink) {
     if (auto bad = check_command(argv, timeout)) co_return fail(std::move(*bad));
     const std::chrono::seconds limit = timeout.value_or(options_.default_timeout);
-    auto outcome = co_await Internals::run_marked(*this, std::move(argv), std::move(stdin_data), true, limit);
+    auto outcome =
+        co_await Internals::run_marked(*this, std::move(argv), std::move(stdin_data), true, limit, std::move(sink));
     if (!outcome) co_return fail(outcome.error());
     RunResponse r;
+    r.stopped = outcome->stopped_by_sink;
     r.timed_out = outcome->timed_out;
     r.exit_code = outcome->timed_out ? std::optional<int>(124) : outcome->exit_code;
     r.stdout_data = std::move(outcome->stdout_data);

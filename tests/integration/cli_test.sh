@@ -50,6 +50,34 @@ K exec "cli test/1" --timeout 1 -- sleep 30 >/dev/null 2>&1; rc=$?
 [[ $rc == 124 ]] && pass "exec timeout 124" || fail "exec timeout (got $rc)"
 JSON=$(K --json exec "cli test/1" -- printf hi); rc=$?
 [[ $rc == 0 && $JSON == *'"output":"hi"'* && $JSON == *'"exit_code":0'* ]] && pass "exec --json" || fail "exec --json rc=$rc '$JSON'"
+# exec streams as output arrives: 200 MB byte-exact (no 1 MiB cap) with the CLI's peak memory
+# within 64 MiB of its peak for `true` (AddressSanitizer's own overhead is in both), stderr apart;
+# a closed pipe ends the remote command (141, as a shell reports it).
+measure_exec() {
+    ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=8" timeout 300 /usr/bin/python3 - "$KSB" exec "cli test/1" -- "$@" <<'PY'
+import hashlib, resource, subprocess, sys
+p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE)
+h, n = hashlib.sha256(), 0
+for chunk in iter(lambda: p.stdout.read(1 << 20), b""):
+    h.update(chunk)
+    n += len(chunk)
+print(p.wait(), n, h.hexdigest(), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+PY
+}
+read -r _ _ _ base_rss_mib <<<"$(measure_exec true)"
+STREAMED=$(measure_exec sh -c 'yes 0123456789abcde | head -c 209715200; echo done >&2' 2>"$TMP/stream.err")
+WANT=$(yes 0123456789abcde | head -c 209715200 | sha256sum | cut -d' ' -f1)
+read -r s_rc s_bytes s_sha s_rss_mib <<<"$STREAMED"
+if [[ $s_rc == 0 && $s_bytes == 209715200 && $s_sha == "$WANT" && -n ${base_rss_mib:-} &&
+      $((${s_rss_mib:-9999} - base_rss_mib)) -lt 64 && $(cat "$TMP/stream.err") == done ]]; then
+    pass "exec streams 200 MB byte-exact, peak ${s_rss_mib} MiB (${base_rss_mib} MiB for true)"
+else
+    fail "exec streaming (rc ${s_rc:-?}, ${s_bytes:-?} bytes, peak ${s_rss_mib:-?} MiB vs ${base_rss_mib:-?}, stderr '$(head -c 200 "$TMP/stream.err")')"
+fi
+K exec "cli test/1" -- sh -c 'yes | cat; touch /workspace/never' 2>/dev/null | head -c 10 >/dev/null; rc=${PIPESTATUS[0]}
+LEFT=$(K exec "cli test/1" -- sh -c 'sleep 1; ps | grep -c "[y]es"')
+[[ $rc == 141 && $LEFT == 0 ]] && pass "exec | head: 141 and the remote command killed" \
+    || fail "exec | head (rc $rc, yes left: '$LEFT')"
 K exec "no-such-sandbox" -- true >/dev/null 2>"$TMP/nf.err"; rc=$?
 [[ $rc == 1 ]] && grep -q "not found" "$TMP/nf.err" && pass "exec unknown id exits 1" || fail "exec unknown id (got $rc)"
 

@@ -355,6 +355,62 @@ TEST_F(SandboxTest, LargeUploadToAPathThatFailsEarlyLosesNothingElse) {
     });
 }
 
+// run() with an output sink: 64 MiB of stdout arrive in order and byte-exact without being
+// collected (far past max_output_bytes), stderr apart; while the sink waits, the command is held
+// back rather than buffered; a sink that says stop ends the command in the pod.
+TEST_F(SandboxTest, OutputStreamsIntoASinkWithBackPressureAndStop) {
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create_pod();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        PodExecSandbox raw(client(), (*sb)->namespace_name(), (*sb)->pod_name(), PodExecSandboxOptions{});
+        const std::string pattern = "0123456789abcde\n";
+        const std::size_t total = 64u << 20;
+        std::size_t received = 0, mismatches = 0, pieces = 0;
+        std::string err;
+        std::optional<std::string> finished_while_held;
+        OutputSink sink = [&](int stream, std::string_view data) -> asio::awaitable<bool> {
+            if (stream == 2) {
+                err.append(data);
+                co_return true;
+            }
+            for (char c : data)
+                if (c != pattern[received++ % pattern.size()]) ++mismatches;
+            if (++pieces == 1) {
+                // Held for a second: the command cannot have written all 64 MiB meanwhile.
+                co_await test::sleep_for(1000ms);
+                auto check = co_await raw.execute("test -e /workspace/streamed && echo finished || echo held");
+                finished_while_held = check ? check->output : "check failed";
+            }
+            co_return true;
+        };
+        std::vector<std::string> argv{"sh", "-c",
+                                      "rm -f /workspace/streamed; yes 0123456789abcde | head -c " +
+                                          std::to_string(total) + "; touch /workspace/streamed; echo done >&2"};
+        std::string no_input;
+        auto r = co_await raw.run(argv, no_input, std::chrono::seconds(120), sink);
+        EXPECT_TRUE(r.has_value()) << (r ? "" : r.error().message);
+        if (r) {
+            EXPECT_EQ(r->exit_code, 0);
+            EXPECT_TRUE(r->stdout_data.empty() && r->stderr_data.empty() && !r->truncated && !r->stopped);
+        }
+        EXPECT_EQ(received, total);
+        EXPECT_EQ(mismatches, 0u);
+        EXPECT_EQ(err, "done\n");
+        EXPECT_EQ(finished_while_held, std::optional<std::string>("held\n"));
+
+        // Stop after the first piece: the endless command is killed in the pod.
+        OutputSink stop = [](int, std::string_view) -> asio::awaitable<bool> { co_return false; };
+        std::vector<std::string> endless{"sh", "-c", "yes 4242 | cat"};
+        auto stopped = co_await raw.run(endless, no_input, std::chrono::seconds(60), stop);
+        EXPECT_TRUE(stopped && stopped->stopped && !stopped->exit_code);
+        auto left = co_await raw.execute("ps | grep -c '[y]es 4242'");
+        EXPECT_TRUE(left && left->output == "0\n") << (left ? left->output : left.error().message);
+        co_await p.delete_sandbox((*sb)->pod_name());
+    });
+}
+
 TEST_F(SandboxTest, StdinStreamsThroughV5Close) {
     auto p = provider();
     run([&]() -> asio::awaitable<void> {
