@@ -187,7 +187,7 @@ struct Core {
     asio::awaitable<int> read_child_pid(Fd fd);
 
     // bwrap reports child-pid before the sandbox is set up; the sandbox is complete once its
-    // init has forked the command and the command has exec'd (exec/nsenter joins only then).
+    // init has forked the command and the command has exec'd (an exec joins only then).
     asio::awaitable<void> wait_sandbox_ready(PodRecord& p);
 
     // A container that fails on its own is worth a line: with restartPolicy Never its pod is over.

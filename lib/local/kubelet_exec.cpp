@@ -1,4 +1,4 @@
-// The local kubelet's exec: the command joins the pod's namespaces (nsenter) and its streams
+// The local kubelet's exec: the command joins the pod (kubesandbox-enter) and its streams
 // travel over the Kubernetes WebSocket channel protocol (v5 with close, or v4); and port-forward.
 #include "local/kubelet.hpp"
 
