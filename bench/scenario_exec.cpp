@@ -49,6 +49,31 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 using namespace std::chrono_literals;
 
+namespace {
+
+// argv: kubeconfig namespace pod n. Prints the CPU seconds of the n calls, then each call's wall
+// seconds; one untimed warm-up call first (connection set-up, lazy imports).
+constexpr const char* python_exec = R"PY(import sys, time
+from kubernetes import client, config
+from kubernetes.stream import stream
+config.load_kube_config(sys.argv[1])
+ns, pod, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+v1 = client.CoreV1Api()
+def call():
+    return stream(v1.connect_get_namespaced_pod_exec, pod, ns, container="sandbox", command=["true"],
+                  stderr=True, stdin=False, stdout=True, tty=False)
+call()
+walls = []
+c0 = time.process_time()
+for _ in range(n):
+    t0 = time.monotonic()
+    call()
+    walls.append(time.monotonic() - t0)
+print(time.process_time() - c0, *walls)
+)PY";
+
+}  // namespace
+
 // ---------------------------------------------------------------------------------------------
 // Scenarios 2 and 3: exec round trip and stdout throughput, against kubectl exec
 
@@ -72,14 +97,16 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
     const std::string pod = sb->pod_name();
 
     // Round trip of `true`. One untimed warm-up each (kubectl fills its discovery cache).
-    std::vector<double> ours, theirs;
+    std::vector<double> ours, theirs, our_exec_cpu;
     run_on(
         io,
         [&]() -> asio::awaitable<void> {
             for (int i = 0; i <= sz.exec_n; ++i) {
                 auto t0 = Clock::now();
+                double c0 = thread_cpu();
                 auto r = co_await sb->execute("true", std::chrono::seconds(120));
                 double d = seconds_since(t0);
+                if (i > 0) our_exec_cpu.push_back(thread_cpu() - c0);
                 if (!r || r->exit_code != 0) {
                     std::string why =
                         r ? "exit code " + std::to_string(r->exit_code.value_or(-1)) : r.error().describe();
@@ -108,6 +135,55 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
         rows.push_back(peer);
     } else {
         rows.push_back(our_rt);
+    }
+    // python-kubernetes' kubernetes.stream on the same pod, as the Python raw-mode peers call it:
+    // wall per call and the interpreter's CPU per call, imports and set-up left out.
+    {
+        auto script = std::filesystem::temp_directory_path() / ("ksb-exec-" + std::to_string(getpid()) + ".py");
+        std::ofstream(script) << python_exec;
+        auto r = run_process(
+            {"/usr/bin/python3", script.string(), env.kubeconfig.string(), ns, pod, std::to_string(sz.exec_n)}, {},
+            true);
+        std::filesystem::remove(script);
+        std::istringstream out(r.out);
+        double cpu = -1;
+        out >> cpu;
+        std::vector<double> walls;
+        for (double w; out >> w;) walls.push_back(w);
+        if (!r.spawned || r.status != 0 || cpu < 0 || walls.size() != static_cast<std::size_t>(sz.exec_n)) {
+            failures.push_back("scenario 2: python-kubernetes exec: exit " + std::to_string(r.status) + ", output " +
+                               r.out.substr(0, 300));
+        } else {
+            Row ours_py = our_rt;
+            ours_py.variant = "PodExecSandbox::execute (same figures)";
+            Row py = latency_row("2 exec round trip `true`", "python-kubernetes stream() (peer)", walls);
+            compare_to_peer(ours_py, py, "python-kubernetes");
+            rows.push_back(ours_py);
+            rows.push_back(py);
+            Row our_cpu_row =
+                in_micros(latency_row("2 client CPU per execute", "PodExecSandbox::execute", our_exec_cpu));
+            std::vector<double> per_call(1, cpu / sz.exec_n);
+            Row py_cpu =
+                in_micros(latency_row("2 client CPU per execute", "python-kubernetes stream() (peer)", per_call));
+            compare_to_peer(our_cpu_row, py_cpu, "python-kubernetes", true);
+            rows.push_back(our_cpu_row);
+            rows.push_back(py_cpu);
+        }
+    }
+    // The floor the issue measures against: one fork+exec of `sh -c true` on this machine, now.
+    {
+        std::vector<double> forks;
+        const std::vector<std::string> sh_true{"/bin/sh", "-c", "true"};
+        for (int i = 0; i <= sz.exec_n; ++i) {
+            auto r = run_process(sh_true, {}, false);
+            if (i > 0 && r.spawned) forks.push_back(r.seconds);
+        }
+        Row ours_again = our_rt;
+        ours_again.variant = "PodExecSandbox::execute (same figures)";
+        Row floor = latency_row("2 exec round trip `true`", "fork+exec `sh -c true` (no cluster)", forks);
+        compare_to_peer(ours_again, floor, "fork+exec");
+        rows.push_back(ours_again);
+        rows.push_back(floor);
     }
 
     // Stdout throughput: our output lands in memory, kubectl's in /dev/null.
@@ -162,14 +238,55 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
         rows.push_back(our_row);
     }
     Row our_cpu_row = latency_row(tp_name, "client CPU per run: PodExecSandbox::execute", our_cpu);
-    if (!their_cpu.empty()) {
-        Row peer_cpu = latency_row(tp_name, "client CPU per run: kubectl process", their_cpu);
-        compare_to_peer(our_cpu_row, peer_cpu, "kubectl", true);
-        rows.push_back(our_cpu_row);
-        rows.push_back(peer_cpu);
-    } else {
-        rows.push_back(our_cpu_row);
+    Row peer_cpu = latency_row(tp_name, "client CPU per run: kubectl process", their_cpu);
+    if (!their_cpu.empty()) compare_to_peer(our_cpu_row, peer_cpu, "kubectl", true);
+    rows.push_back(our_cpu_row);
+
+    // The same bytes through run() and an OutputSink that drops them, as kubectl's go to
+    // /dev/null: nothing is collected, so this is the transport's own rate and CPU.
+    std::vector<double> streamed_tp, streamed_cpu;
+    run_on(
+        io,
+        [&]() -> asio::awaitable<void> {
+            const std::vector<std::string> argv{"head", "-c", std::to_string(bytes), "/dev/zero"};
+            for (int i = 0; i < sz.throughput_reps; ++i) {
+                std::size_t seen = 0;
+                OutputSink drop = [&seen](int, std::string_view data) -> asio::awaitable<bool> {
+                    seen += data.size();
+                    co_return true;
+                };
+                std::string no_input;
+                struct rusage c0 {
+                }, c1{};
+                ::getrusage(RUSAGE_THREAD, &c0);
+                auto t0 = Clock::now();
+                auto r = co_await bulk.run(argv, no_input, std::chrono::seconds(600), std::move(drop));
+                double d = seconds_since(t0);
+                ::getrusage(RUSAGE_THREAD, &c1);
+                if (!r || r->exit_code != 0 || seen != static_cast<std::size_t>(bytes)) {
+                    failures.push_back("streamed throughput: " + (r ? "got " + std::to_string(seen) + " bytes, exit " +
+                                                                          std::to_string(r->exit_code.value_or(-1))
+                                                                    : r.error().describe()));
+                    co_return;
+                }
+                streamed_tp.push_back(d);
+                streamed_cpu.push_back(cpu_of(c1) - cpu_of(c0));
+            }
+        },
+        1800s, "streamed throughput");
+    if (!streamed_tp.empty()) {
+        Row streamed = throughput_row(tp_name, "PodExecSandbox::run into a dropping OutputSink", streamed_tp,
+                                      static_cast<double>(bytes));
+        Row streamed_cpu_row = latency_row(tp_name, "client CPU per run: run into a dropping OutputSink", streamed_cpu);
+        if (env.kubectl) {
+            compare_to_peer(streamed, throughput_row(tp_name, "kubectl", their_tp, static_cast<double>(bytes)),
+                            "kubectl");
+            compare_to_peer(streamed_cpu_row, peer_cpu, "kubectl", true);
+        }
+        rows.push_back(streamed);
+        rows.push_back(streamed_cpu_row);
     }
+    if (!their_cpu.empty()) rows.push_back(peer_cpu);
 
     run_on(
         io, [&]() -> asio::awaitable<void> { co_await delete_all_sandboxes(provider); }, 120s, "exec cleanup");
