@@ -42,7 +42,9 @@ struct RunResponse {
 // Receives a command's output as it arrives: stream 1 is stdout, 2 is stderr; `data` is valid
 // until the returned awaitable completes. The next piece is read only then, so a slow sink slows
 // the command down (through TCP) instead of filling memory. Returning false ends the command:
-// it is killed, as on a timeout.
+// it is killed, as on a timeout; an exception it throws does the same and then reaches run()'s
+// caller. The timeout counts while the sink runs but cannot interrupt it: a sink must not block
+// for long.
 using OutputSink = std::function<boost::asio::awaitable<bool>(int stream, std::string_view data)>;
 
 class PodExecSandbox final : public Sandbox {

@@ -112,7 +112,13 @@ asio::awaitable<ReadResult> read_loop(WebSocket& ws, ExecOutcome& out, std::stri
             if (frame) {
                 if (options.on_output && (frame->channel == 1 || frame->channel == 2)) {
                     // Awaited before the next read: a slow consumer holds the server back (TCP).
-                    if (!co_await options.on_output(frame->channel, frame->payload)) {
+                    bool go = false;
+                    try {
+                        go = co_await options.on_output(frame->channel, frame->payload);
+                    } catch (...) {
+                        out.sink_exception = std::current_exception();
+                    }
+                    if (!go) {
                         out.stopped_by_sink = true;
                         finished = true;
                         ws.next_layer().close();

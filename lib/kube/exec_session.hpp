@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -32,8 +33,9 @@ struct ExecOutcome {
     bool stderr_truncated{};
     std::optional<int> exit_code{};
     bool timed_out{};
-    bool closed_cleanly{};   // the server closed the WebSocket normally (1000)
-    bool stopped_by_sink{};  // on_output returned false: the session was ended there
+    bool closed_cleanly{};                // the server closed the WebSocket normally (1000)
+    bool stopped_by_sink{};               // on_output returned false or threw: the session was ended there
+    std::exception_ptr sink_exception{};  // what on_output threw, for the caller to rethrow after clean-up
     std::string protocol{};
 };
 

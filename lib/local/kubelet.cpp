@@ -192,6 +192,7 @@ void Kubelet::shutdown() {
         p->pidfd = -1;
         p->pid = -1;
         p->inner_pid = 0;
+        p->inner_pidfd.reset();
     }
     c.cgroups.reset();  // kills anything left in a pod's cgroup, removes them
     // The sweeper's last pass catches a bubblewrap that was still starting; then reap it.

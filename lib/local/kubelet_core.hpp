@@ -85,6 +85,7 @@ struct PodRecord {
 
     pid_t pid = -1;     // bwrap (or the command without isolation)
     int inner_pid = 0;  // first process inside the sandbox: namespace anchor for exec/port-forward
+    Fd inner_pidfd;     // pins inner_pid: an exec checks through it that the pid was not reused
     int pidfd = -1;
     bool stopping = false;  // deletionTimestamp seen
     bool removed = false;   // gone from the store / kubelet shut down

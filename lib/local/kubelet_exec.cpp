@@ -507,8 +507,9 @@ asio::awaitable<void> Kubelet::serve_exec(StreamRequest request) {
     sp.new_session = true;
     if (core->isolation) {
         // The command counts against the pod's limits (memory, pids) like its own processes.
+        const int pinned = pod->inner_pidfd.fd >= 0 ? 3 : -1;
         sp.argv =
-            exec_argv(*pod->plan, core->layout, pod->inner_pid,
+            exec_argv(*pod->plan, core->layout, pod->inner_pid, pinned,
                       core->cgroups ? core->cgroups->procs_files(pod->uid) : std::vector<std::string>{}, q.command);
     } else {
         sp.argv = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", (pod->dir / "workspace").string()};
@@ -517,6 +518,7 @@ asio::awaitable<void> Kubelet::serve_exec(StreamRequest request) {
     sp.dups = {{q.in ? in_r.fd : null_fd.fd, 0},
                {q.out ? out_w.fd : null_fd.fd, 1},
                {q.err ? err_w.fd : (q.tty && q.out ? out_w.fd : null_fd.fd), 2}};
+    if (core->isolation && pod->inner_pidfd.fd >= 0) sp.dups.push_back({pod->inner_pidfd.fd, 3});
     pid_t pid = sp.run();
     in_r.reset();
     out_w.reset();

@@ -347,7 +347,8 @@ PlanResult plan_container(const json::object& pod, const json::object& container
                                          "invalid emptyDir.sizeLimit " + text + " of volume " + name};
                 return result;
             }
-            plan.empty_dir_limits.push_back(EmptyDirLimit{name, *bytes, text});
+            // As a kubelet: only a positive sizeLimit is enforced.
+            if (*bytes > 0) plan.empty_dir_limits.push_back(EmptyDirLimit{name, *bytes, text});
         }
     }
     std::set<std::string> mounted_paths;
@@ -444,12 +445,13 @@ std::vector<std::string> bwrap_argv(const ContainerPlan& plan, const HostLayout&
     return a;
 }
 
-std::vector<std::string> exec_argv(const ContainerPlan& plan, const HostLayout& layout, int pod_pid,
+std::vector<std::string> exec_argv(const ContainerPlan& plan, const HostLayout& layout, int pod_pid, int pidfd_fd,
                                    const std::vector<std::string>& cgroup_procs,
                                    const std::vector<std::string>& command) {
     std::vector<std::string> a = {
         layout.enter_program.string(), "--target", std::to_string(pod_pid), "--uid", std::to_string(plan.uid), "--gid",
         std::to_string(plan.gid),      "--cwd",    plan.working_dir};
+    if (pidfd_fd >= 0) a.insert(a.end(), {"--target-pidfd", std::to_string(pidfd_fd)});
     for (const auto& f : cgroup_procs) a.insert(a.end(), {"--cgroup-procs", f});
     if (plan.seccomp) a.push_back("--seccomp");
     a.push_back("--");

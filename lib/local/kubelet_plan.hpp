@@ -133,7 +133,8 @@ std::vector<std::string> bwrap_argv(const ContainerPlan& plan, const HostLayout&
 // argv for running `command` inside a running pod through kubesandbox-enter: the pod's
 // namespaces (those of `pod_pid`, its first process), user, capabilities, seccomp filter and
 // the cgroups whose cgroup.procs files are given.
-std::vector<std::string> exec_argv(const ContainerPlan& plan, const HostLayout& layout, int pod_pid,
+// `pidfd_fd` (-1: none) is the descriptor number at which the command gets a pidfd of `pod_pid`.
+std::vector<std::string> exec_argv(const ContainerPlan& plan, const HostLayout& layout, int pod_pid, int pidfd_fd,
                                    const std::vector<std::string>& cgroup_procs,
                                    const std::vector<std::string>& command);
 

@@ -267,6 +267,7 @@ asio::awaitable<void> Core::run_pod(std::shared_ptr<PodRecord> p) {
         } else {
             if (isolation) {
                 p->inner_pid = co_await read_child_pid(std::move(std::get<Fd>(started)));
+                if (p->inner_pid > 0) p->inner_pidfd = Fd(util::open_pidfd(p->inner_pid));
                 if (gone()) co_return;
                 co_await wait_sandbox_ready(*p);
                 if (gone()) co_return;
@@ -285,6 +286,7 @@ asio::awaitable<void> Core::run_pod(std::shared_ptr<PodRecord> p) {
             p->pidfd = -1;
             p->pid = -1;
             p->inner_pid = 0;
+            p->inner_pidfd.reset();
             if (gone()) co_return;
             if (code != 0 && !p->stopping && !p->ended_by_kubelet) log_container_exit(*p, code, begun);
         }

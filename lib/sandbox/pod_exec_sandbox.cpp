@@ -14,6 +14,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <atomic>
+#include <exception>
 
 namespace kubesandbox {
 
@@ -310,6 +311,8 @@ asio::awaitable<Result<RunResponse>> PodExecSandbox::run(std::vector<std::string
     auto outcome =
         co_await Internals::run_marked(*this, std::move(argv), std::move(stdin_data), true, limit, std::move(sink));
     if (!outcome) co_return fail(outcome.error());
+    // The sink's own exception, now that the command it stopped has been killed.
+    if (outcome->sink_exception) std::rethrow_exception(outcome->sink_exception);
     RunResponse r;
     r.stopped = outcome->stopped_by_sink;
     r.timed_out = outcome->timed_out;

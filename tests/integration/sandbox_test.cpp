@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <stdexcept>
 
 namespace {
 namespace asio = boost::asio;
@@ -407,6 +408,22 @@ TEST_F(SandboxTest, OutputStreamsIntoASinkWithBackPressureAndStop) {
         EXPECT_TRUE(stopped && stopped->stopped && !stopped->exit_code);
         auto left = co_await raw.execute("ps | grep -c '[y]es 4242'");
         EXPECT_TRUE(left && left->output == "0\n") << (left ? left->output : left.error().message);
+
+        // A sink that throws: the command is killed first, then the exception reaches the caller.
+        OutputSink throws = [](int, std::string_view) -> asio::awaitable<bool> {
+            throw std::runtime_error("sink failed");
+            co_return true;
+        };
+        std::vector<std::string> endless2{"sh", "-c", "yes 4243 | cat"};
+        std::string thrown;
+        try {
+            co_await raw.run(endless2, no_input, std::chrono::seconds(60), throws);
+        } catch (const std::runtime_error& e) {
+            thrown = e.what();
+        }
+        EXPECT_EQ(thrown, "sink failed");
+        auto left2 = co_await raw.execute("ps | grep -c '[y]es 4243'");
+        EXPECT_TRUE(left2 && left2->output == "0\n") << (left2 ? left2->output : left2.error().message);
         co_await p.delete_sandbox((*sb)->pod_name());
     });
 }

@@ -441,6 +441,8 @@ TEST_F(KubeletTest, ExecdCommandsGetThePodsSeccompFilterAndCapabilities) {
                                   "echo checked"});
         EXPECT_EQ(refused.out, "checked\n") << refused.err;
         EXPECT_EQ(exec(pod, {"id", "-u"}).out, std::to_string(uid) + "\n");
+        // No supplementary group of whoever runs the cluster (root's, when run as root).
+        EXPECT_EQ(exec(pod, {"id", "-G"}).out, std::to_string(uid) + "\n");
     }
 }
 

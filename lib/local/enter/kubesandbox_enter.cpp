@@ -4,7 +4,7 @@
 // the pod's seccomp filter, and exec the command as a child in the pod's pid namespace. It
 // stays as that child's parent and ends as the child ends (its exit code, or the same signal).
 //
-//   kubesandbox-enter --target PID --uid UID --gid GID --cwd DIR
+//   kubesandbox-enter --target PID [--target-pidfd FD] --uid UID --gid GID --cwd DIR
 //                     [--cgroup-procs FILE]... [--seccomp] -- COMMAND [ARG]...
 //
 // Failures before the command runs print one line on stderr and exit 126 (127 when the
@@ -48,6 +48,7 @@ namespace {
 
 struct Options {
     long target = 0;
+    int target_pidfd = -1;  // a pidfd of `target`, opened when the pod started
     long uid = -1;
     long gid = -1;
     const char* cwd = nullptr;
@@ -82,6 +83,7 @@ Options parse(int argc, char** argv) {
         if (a == "--target") o.target = number(v);
         else if (a == "--uid") o.uid = number(v);
         else if (a == "--gid") o.gid = number(v);
+        else if (a == "--target-pidfd") o.target_pidfd = static_cast<int>(number(v));
         else if (a == "--cwd") o.cwd = v;
         else if (a == "--cgroup-procs") o.cgroup_procs.push_back(v);
         else usage("unknown option");
@@ -168,6 +170,8 @@ void enter_namespaces(long target) {
     }
 }
 
+void install_seccomp();
+
 void take_identity(const Options& o, const Caps& caps) {
     // The bounding set first: dropping from it needs CAP_SETPCAP, which the uid change may take.
     for (int cap = 0; cap <= 63; ++cap) {
@@ -175,6 +179,10 @@ void take_identity(const Options& o, const Caps& caps) {
         if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) die(126, "cannot drop a capability");
     }
     ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    // The filter before the uid change: a pod process with our uid could otherwise trace us in
+    // between and make system calls the filter would refuse (it refuses none of those below).
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die(126, "cannot set no_new_privs");
+    if (o.seccomp) install_seccomp();
     gid_t gid = static_cast<gid_t>(o.gid);
     // A user namespace made without privileges may deny setgroups; then there are none to drop.
     if (::setgroups(0, nullptr) != 0 && errno != EPERM) die(126, "cannot clear the groups");
@@ -191,7 +199,6 @@ void take_identity(const Options& o, const Caps& caps) {
     // Always set: entering a user namespace grants every capability in it, and a uid change
     // from a host uid the namespace does not map clears none of them.
     if (::syscall(SYS_capset, &header, data) != 0) die(126, "cannot set the capabilities");
-    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die(126, "cannot set no_new_privs");
 }
 
 void install_seccomp() {
@@ -202,12 +209,13 @@ void install_seccomp() {
 }
 
 [[noreturn]] void run_command(const Options& o, const Caps& caps) {
+    // Not traceable by the pod's processes until the exec (which makes it dumpable again).
+    ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     take_identity(o, caps);
     // No parent-death signal: when the kubelet ends the exec (a closed connection), the
     // command must stay until the client's kill finds it and its descendants by its marker;
     // the pod's pid namespace and cgroup still take it with the pod.
     if (::chdir(o.cwd) != 0) die(126, "cannot enter the working directory", o.cwd);
-    if (o.seccomp) install_seccomp();
     ::execvp(o.command[0], o.command);
     die(errno == ENOENT ? 127 : 126, "cannot execute", o.command[0]);
 }
@@ -233,15 +241,43 @@ void install_seccomp() {
     _exit(128 + sig);
 }
 
+// The pod's first process is still the one the kubelet started: a pid it pinned with a pidfd
+// (when one was passed) cannot have been reused while that process lives, and a pod never
+// shares our mount namespace (a reused pid of a host process would).
+void check_target(const Options& o) {
+    if (o.target_pidfd >= 0 && ::syscall(SYS_pidfd_send_signal, o.target_pidfd, 0, nullptr, 0) != 0)
+        die(126, "the pod's first process is gone");
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%ld/ns/mnt", o.target);
+    struct stat a {
+    }, b{};
+    if (::stat(path, &a) != 0) die(126, "cannot read", path);
+    if (::stat("/proc/self/ns/mnt", &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+        errno = ESRCH;
+        die(126, "the target shares our mount namespace: not a pod");
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     Options o = parse(argc, argv);
     // Dies with the kubelet; the pod's pid namespace takes the command with the pod.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    // As root, drop our supplementary groups while we still may: the pod's user namespace
+    // denies setgroups, and the command must not keep host root's groups.
+    if (::geteuid() == 0 && ::setgroups(0, nullptr) != 0) die(126, "cannot clear the groups");
     join_cgroups(o);
+    check_target(o);
     Caps caps = read_caps(o.target);
     enter_namespaces(o.target);
+    // Read and entered while the pinned process lived: nothing above saw another process.
+    if (o.target_pidfd >= 0 && ::syscall(SYS_pidfd_send_signal, o.target_pidfd, 0, nullptr, 0) != 0)
+        die(126, "the pod's first process is gone");
+    if (o.target_pidfd >= 0) ::close(o.target_pidfd);
+    // Entering a user namespace changed our credentials, which clears the parent-death signal.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (::getppid() == 1) _exit(126);
     // The pid namespace applies to children only: the command is one.
     pid_t child = ::fork();
     if (child < 0) die(126, "cannot fork");
