@@ -126,18 +126,6 @@ Outcome receive(ks::ResponseSink& sink, std::string_view in, Rng rng, std::size_
             return r;
         }
         std::size_t n = max_piece == 0 ? in.size() - at : std::min(in.size() - at, 1 + rng.next(max_piece));
-        // Beast before 1.86 asserts (BOOST_ASSERT(n >= 5) in parse_chunk_header) when the last
-        // chunk of an empty chunked body, "0\r\n", was put() alone and the next put() brings one
-        // byte more (boostorg/beast#2861; NDEBUG builds parse it right). Such a byte never comes
-        // alone here: with the next one, or not at all when it is the last (it cannot end the
-        // message, which then is cut short either way).
-        if (buffer.size() == 3 && n == 1) {
-            if (in.size() - at < 2) {
-                at = in.size();
-                continue;
-            }
-            n = 2;
-        }
         buffer.append(in.substr(at, n));
         at += n;
     }

@@ -11,9 +11,9 @@ jobs_max=${FUZZ_JOBS:-2}
 mkdir -p "$out/obj" "$out/corpus"
 cxx=clang++-14
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -I"$root/include" -I"$root/lib"
-       -DBOOST_ASIO_NO_DEPRECATED -DBOOST_BEAST_USE_STD_STRING_VIEW)
+       -DBOOST_ASIO_NO_DEPRECATED -DBOOST_BEAST_USE_STD_STRING_VIEW -DBOOST_ENABLE_ASSERT_DEBUG_HANDLER)
 objs=()
-for src in "$root"/lib/error.cpp "$root"/lib/proto/*.cpp "$root"/lib/local/spdy.cpp "$root"/lib/files/text.cpp \
+for src in "$root"/lib/error.cpp "$root"/lib/util/boost_assert.cpp "$root"/lib/proto/*.cpp "$root"/lib/local/spdy.cpp "$root"/lib/files/text.cpp \
            "$root"/lib/util/json_access.cpp "$root"/lib/connection/http1.cpp "$root"/lib/connection/gateway_address.cpp \
            "$root"/lib/sandbox/runtime_protocol.cpp; do
   obj="$out/obj/$(basename "$src" .cpp).o"
