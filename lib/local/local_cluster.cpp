@@ -194,6 +194,11 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
         impl->ssl->use_certificate_chain(asio::buffer(impl->certs.cert_pem), ec);
         if (!ec) impl->ssl->use_private_key(asio::buffer(impl->certs.key_pem), asio::ssl::context::pem, ec);
         if (ec) return fail(make_error(ec, "cannot load the generated serving certificate"));
+        // Clients resume with the tickets OpenSSL sends after each handshake (stateless, keyed
+        // per context); the id context keeps resumption working if client certificates are
+        // ever verified here.
+        static constexpr unsigned char session_context[] = "kubesandbox-local";
+        SSL_CTX_set_session_id_context(impl->ssl->native_handle(), session_context, sizeof session_context - 1);
     }
     // Data directory.
     std::error_code fec;

@@ -1,5 +1,7 @@
 #include "net/any_stream.hpp"
 
+#include "net/tls_session_cache.hpp"
+
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/host_name_verification.hpp>
 #include <boost/asio/ssl/stream.hpp>
@@ -100,9 +102,10 @@ public:
     bool idle_alive() override { return socket_idle_alive(stream_.next_layer()); }
     bool is_tls() const noexcept override { return true; }
 
-    bool configure_client(const std::string& sni_host, const std::string& verify_host) {
+    bool configure_client(const std::string& sni_host, const std::string& verify_host, const std::string& session_key) {
         if (!sni_host.empty() && !SSL_set_tlsext_host_name(stream_.native_handle(), sni_host.c_str())) return false;
         if (!verify_host.empty()) stream_.set_verify_callback(asio::ssl::host_name_verification(verify_host));
+        if (!session_key.empty()) resume_session(stream_.native_handle(), session_key);
         return true;
     }
 
@@ -134,9 +137,9 @@ ConstBufferList ConstBufferList::prefix(std::size_t n) const noexcept {
 AnyStream AnyStream::tcp(tcp::socket socket) { return AnyStream(std::make_unique<TcpImpl>(std::move(socket))); }
 
 AnyStream AnyStream::tls_client(tcp::socket socket, asio::ssl::context& ctx, const std::string& sni_host,
-                                const std::string& verify_host) {
+                                const std::string& verify_host, const std::string& session_key) {
     auto impl = std::make_unique<TlsImpl>(std::move(socket), ctx, asio::ssl::stream_base::client);
-    impl->configure_client(sni_host, verify_host);
+    impl->configure_client(sni_host, verify_host, session_key);
     return AnyStream(std::move(impl));
 }
 

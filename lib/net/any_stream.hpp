@@ -64,9 +64,10 @@ public:
     // Plain TCP over a connected socket.
     static AnyStream tcp(asio::ip::tcp::socket socket);
     // TLS over a connected socket; call async_handshake before use. For clients, `sni_host`
-    // sets SNI and, unless `verify_host` is empty, the certificate host check.
+    // sets SNI and, unless `verify_host` is empty, the certificate host check; a non-empty
+    // `session_key` resumes a session kept under it (net/tls_session_cache.hpp).
     static AnyStream tls_client(asio::ip::tcp::socket socket, asio::ssl::context& ctx, const std::string& sni_host,
-                                const std::string& verify_host);
+                                const std::string& verify_host, const std::string& session_key = {});
     static AnyStream tls_server(asio::ip::tcp::socket socket, asio::ssl::context& ctx);
 
     explicit operator bool() const noexcept { return impl_ != nullptr; }

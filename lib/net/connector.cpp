@@ -129,7 +129,9 @@ asio::awaitable<Result<AnyStream>> connect(asio::any_io_executor executor, Conne
     asio::ip::make_address(name, aec);
     if (!aec) sni.clear();  // SNI must not carry an IP address
     const std::string verify = target.verify_server_name ? name : std::string();
-    auto stream = AnyStream::tls_client(std::move(socket), *target.tls_context, sni, verify);
+    // Sessions are resumed only toward the same server, name and verification as their own.
+    const std::string session_key = target.host + ":" + target.port + "|" + sni + "|" + verify;
+    auto stream = AnyStream::tls_client(std::move(socket), *target.tls_context, sni, verify, session_key);
     auto hs = co_await with_timeout(stream.async_handshake(use_tuple), timer);
     if (!hs) {
         stream.close();

@@ -1,5 +1,7 @@
 #include "net/tls_context.hpp"
 
+#include "net/tls_session_cache.hpp"
+
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -55,6 +57,7 @@ Result<std::shared_ptr<asio::ssl::context>> make_tls_client_context(const TlsCli
             return fail(errc::invalid_config, "client-key: not a usable PEM private key matching the certificate");
         }
     }
+    enable_session_cache(ctx->native_handle());
     return ctx;
 }
 

@@ -1,5 +1,6 @@
 // Client TLS contexts: TLS 1.2+, the server checked against a CA bundle (or the system's),
-// optional client certificate. Shared by every connection to one server.
+// optional client certificate, session resumption (net/tls_session_cache.hpp). Shared by every
+// connection to one server.
 #pragma once
 
 #include <kubesandbox/error.hpp>

@@ -1,0 +1,105 @@
+#include "net/tls_session_cache.hpp"
+
+#include <openssl/ssl.h>
+
+#include <ctime>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace kubesandbox::net {
+
+namespace {
+
+struct SessionFree {
+    void operator()(SSL_SESSION* s) const noexcept { SSL_SESSION_free(s); }
+};
+using SessionPtr = std::unique_ptr<SSL_SESSION, SessionFree>;
+
+struct Cache {
+    std::mutex mutex;
+    std::size_t per_key = 8;
+    std::map<std::string, std::deque<SessionPtr>, std::less<>> sessions;
+};
+
+void free_cache(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) { delete static_cast<Cache*>(ptr); }
+void free_key(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) { delete static_cast<std::string*>(ptr); }
+
+int cache_index() {
+    static const int index = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, free_cache);
+    return index;
+}
+
+int key_index() {
+    static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, free_key);
+    return index;
+}
+
+Cache* cache_of(SSL_CTX* ctx) { return ctx ? static_cast<Cache*>(SSL_CTX_get_ex_data(ctx, cache_index())) : nullptr; }
+
+// OpenSSL hands each new session here (after the handshake for TLS 1.3, while reading). A copy is
+// kept: OpenSSL marks the connection's own session not resumable when the connection is closed
+// without a TLS shutdown, as our connections are, although a ticket received whole stays valid.
+int on_new_session(SSL* ssl, SSL_SESSION* session) {
+    Cache* cache = cache_of(SSL_get_SSL_CTX(ssl));
+    auto* key = static_cast<std::string*>(SSL_get_ex_data(ssl, key_index()));
+    if (!cache || !key || !SSL_SESSION_is_resumable(session)) return 0;
+    SessionPtr copy(SSL_SESSION_dup(session));
+    if (!copy) return 0;
+    std::lock_guard lock(cache->mutex);
+    auto& kept = cache->sessions[*key];
+    kept.push_back(std::move(copy));
+    while (kept.size() > cache->per_key) kept.pop_front();
+    return 0;  // the passed reference stays OpenSSL's
+}
+
+}  // namespace
+
+void enable_session_cache(SSL_CTX* ctx, std::size_t per_key) {
+    if (!ctx) return;
+    Cache* cache = cache_of(ctx);
+    if (!cache) {
+        cache = new Cache;
+        SSL_CTX_set_ex_data(ctx, cache_index(), cache);
+    }
+    cache->per_key = per_key == 0 ? 1 : per_key;
+    // Client mode: OpenSSL keeps no internal cache for clients; it only calls on_new_session.
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_sess_set_new_cb(ctx, on_new_session);
+}
+
+void resume_session(SSL* ssl, const std::string& key) {
+    Cache* cache = cache_of(SSL_get_SSL_CTX(ssl));
+    if (!cache) return;
+    auto* tag = new std::string(key);
+    if (!SSL_set_ex_data(ssl, key_index(), tag)) {
+        delete tag;
+        return;
+    }
+    SessionPtr offer;
+    {
+        std::lock_guard lock(cache->mutex);
+        auto it = cache->sessions.find(key);
+        if (it == cache->sessions.end()) return;
+        // Newest first; a ticket is offered once, and expired ones are dropped on the way.
+        const auto now = static_cast<long>(time(nullptr));
+        while (!it->second.empty() && !offer) {
+            SessionPtr s = std::move(it->second.back());
+            it->second.pop_back();
+            if (SSL_SESSION_get_time(s.get()) + SSL_SESSION_get_timeout(s.get()) > now) offer = std::move(s);
+        }
+        if (it->second.empty()) cache->sessions.erase(it);
+    }
+    if (offer) SSL_set_session(ssl, offer.get());  // takes its own reference
+}
+
+std::size_t cached_sessions(SSL_CTX* ctx, const std::string& key) {
+    Cache* cache = cache_of(ctx);
+    if (!cache) return 0;
+    std::lock_guard lock(cache->mutex);
+    auto it = cache->sessions.find(key);
+    return it == cache->sessions.end() ? 0 : it->second.size();
+}
+
+}  // namespace kubesandbox::net
