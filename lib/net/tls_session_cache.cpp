@@ -63,7 +63,10 @@ void enable_session_cache(SSL_CTX* ctx, std::size_t per_key) {
         cache = new Cache;
         SSL_CTX_set_ex_data(ctx, cache_index(), cache);
     }
-    cache->per_key = per_key == 0 ? 1 : per_key;
+    {
+        std::lock_guard lock(cache->mutex);
+        cache->per_key = per_key == 0 ? 1 : per_key;
+    }
     // Client mode: OpenSSL keeps no internal cache for clients; it only calls on_new_session.
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
     SSL_CTX_sess_set_new_cb(ctx, on_new_session);
@@ -82,12 +85,21 @@ void resume_session(SSL* ssl, const std::string& key) {
         std::lock_guard lock(cache->mutex);
         auto it = cache->sessions.find(key);
         if (it == cache->sessions.end()) return;
-        // Newest first; a ticket is offered once, and expired ones are dropped on the way.
+        // Newest first, expired ones dropped on the way. A TLS 1.3 ticket is offered once (the
+        // server sends fresh ones on every connection); a TLS 1.2 session stays and a copy is
+        // offered, since OpenSSL reports no renewed session after a TLS 1.2 resumption.
         const auto now = static_cast<long>(time(nullptr));
         while (!it->second.empty() && !offer) {
-            SessionPtr s = std::move(it->second.back());
-            it->second.pop_back();
-            if (SSL_SESSION_get_time(s.get()) + SSL_SESSION_get_timeout(s.get()) > now) offer = std::move(s);
+            SSL_SESSION* newest = it->second.back().get();
+            if (SSL_SESSION_get_time(newest) + SSL_SESSION_get_timeout(newest) <= now) {
+                it->second.pop_back();
+            } else if (SSL_SESSION_get_protocol_version(newest) < TLS1_3_VERSION) {
+                offer.reset(SSL_SESSION_dup(newest));
+                if (!offer) it->second.pop_back();
+            } else {
+                offer = std::move(it->second.back());
+                it->second.pop_back();
+            }
         }
         if (it->second.empty()) cache->sessions.erase(it);
     }

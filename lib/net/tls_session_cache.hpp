@@ -1,7 +1,8 @@
 // TLS session resumption for client contexts. A context with a cache keeps the session tickets
 // servers send (TLS 1.3 NewSessionTicket, TLS 1.2 tickets) per server key, and the next
 // connection to that key offers one instead of a full handshake: no certificate chain to send,
-// sign and verify. Tickets are used once (RFC 8446 §C.4), newest first, a few per key.
+// sign and verify. TLS 1.3 tickets are used once (RFC 8446 §C.4), newest first, a few per key;
+// a TLS 1.2 session is reused until it expires (OpenSSL reports no renewal after resuming one).
 // The key names everything the session was verified for (address, SNI, verified name), so a
 // session is only ever offered where a full handshake would have been accepted.
 #pragma once
