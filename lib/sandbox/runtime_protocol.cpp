@@ -199,8 +199,10 @@ ExecuteResponseReader::~ExecuteResponseReader() = default;
 bool ExecuteResponseReader::write(std::string_view chunk) {
     if (state_->failed) return false;
     json::error_code ec;
-    state_->parser.write_some(true, chunk.data(), chunk.size(), ec);
-    if (ec) state_->failed = true;
+    const std::size_t used = state_->parser.write_some(true, chunk.data(), chunk.size(), ec);
+    // write_some stops where the document ends: anything after it but whitespace is malformed,
+    // wherever the pieces happen to end.
+    if (ec || chunk.substr(used).find_first_not_of(" \t\r\n") != std::string_view::npos) state_->failed = true;
     return !state_->failed;
 }
 

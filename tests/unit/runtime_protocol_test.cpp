@@ -127,3 +127,21 @@ TEST(RuntimeProtocol, MultipartAndTransferResults) {
     EXPECT_EQ(up[5], "AQ==");
     EXPECT_EQ(up[6], "1");
 }
+
+// Bytes after the document are malformed in any split, whitespace excepted (the reader used to
+// drop what followed the document in the same piece; fuzz_runtime_protocol found a body that
+// decoded differently whole and in pieces: its seed regression-trailing-bytes).
+TEST(RuntimeProtocol, BytesAfterTheDocumentAreMalformedInAnySplit) {
+    const std::string body = " 300.0"s + '\0' + "{\"exit_code\":0}";
+    for (std::size_t step = 1; step <= body.size(); ++step) {
+        rp::ExecuteResponseReader reader(64);
+        bool ok = true;
+        for (std::size_t at = 0; at < body.size() && ok; at += step) ok = reader.write(body.substr(at, step));
+        EXPECT_FALSE(ok && reader.finish()) << step;
+    }
+    rp::ExecuteResponseReader spaced(64);
+    EXPECT_TRUE(spaced.write("{\"exit_code\":0}\n"));
+    EXPECT_TRUE(spaced.write(" \r\n"));
+    EXPECT_TRUE(spaced.finish());
+    EXPECT_EQ(spaced.exit_code(), 0);
+}
