@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
         if (want(6)) {
             scenario_manager(io, *cluster, sz);
             scenario_manager_warm(io, *cluster, sz);
+            scenario_manager_warm_raw(io, *cluster, sz);
         }
         if (want(7)) scenario_files(io, *cluster, sz);
         if (want(8)) scenario_agent_sandbox(io, *cluster, sz);

@@ -160,6 +160,7 @@ void scenario_list(boost::asio::io_context& io, LocalCluster& cluster, const Env
 void scenario_concurrent(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
 void scenario_manager(boost::asio::io_context& io, LocalCluster& cluster, const Sizes& sz);
 void scenario_manager_warm(boost::asio::io_context& io, LocalCluster& cluster, const Sizes& sz);
+void scenario_manager_warm_raw(boost::asio::io_context& io, LocalCluster& cluster, const Sizes& sz);
 void scenario_files(boost::asio::io_context& io, LocalCluster& cluster, const Sizes& sz);
 void scenario_agent_sandbox(boost::asio::io_context& io, LocalCluster& cluster, const Sizes& sz);
 void scenario_tunnels(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);

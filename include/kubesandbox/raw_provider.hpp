@@ -56,6 +56,9 @@ struct RawProviderOptions {
     std::string setup_script{};             // run once after Ready; failure deletes the sandbox
     bool block_network{true};               // deny-all NetworkPolicy, fail-closed
     bool namespace_per_sandbox{false};      // namespace + ResourceQuota + LimitRange per sandbox
+    // Warm pods serve random sandboxes and, in shared-namespace mode, caller ids too: an id's
+    // ConfigMap binding (named like the id's pod) names the warm pod serving it, and creating
+    // that binding is the claim replicas agree on. Per-sandbox namespaces: caller ids start cold.
     int warm_pool_size{0};
     std::chrono::seconds activity_debounce{30};
     std::optional<std::int64_t> default_ttl_seconds{};
@@ -91,7 +94,7 @@ public:
     // Sandbox ids: a caller id (mapped with pod_name_for), a sandbox's id() "<namespace>/<pod>"
     // (pod named by us, namespace this provider's), or a random sandbox's bare pod name.
 
-    // Idempotent: false when nothing was there. Removes pod, NetworkPolicy and namespace.
+    // Idempotent: false when nothing was there. Removes binding, pod, NetworkPolicy and namespace.
     boost::asio::awaitable<Result<bool>> delete_sandbox(std::string id) override;
 
     // Debounced, detached PATCH of last-activity; never waits.
@@ -100,7 +103,8 @@ public:
     // Deletes this provider's sandboxes (its namespace mode only) that are expired (TTL, idle
     // past max_idle or their ttl-idle-seconds), dead (terminal phase, a terminated container,
     // warm ones too), stuck failing to start, or abandoned mid-setup; then NetworkPolicies and
-    // per-sandbox namespaces whose pod is gone (older than startup_timeout + 60 s).
+    // per-sandbox namespaces whose pod is gone, bindings whose pod is gone, and warm pods claimed
+    // for an id that no binding names (all older than startup_timeout + 60 s).
     // A sandbox changed (activity, say) since it was listed is kept: the delete is
     // preconditioned on the listed resourceVersion.
     boost::asio::awaitable<Result<CleanupResult>> cleanup(CleanupOptions options) override;

@@ -187,8 +187,9 @@ public:
     // One reaper pass now: expired and dead sandboxes go, except those busy here.
     boost::asio::awaitable<Result<CleanupResult>> cleanup();
 
-    // The reaper: a pass every reap_interval until shutdown(), backing off through API errors.
-    // co_spawn it next to the server; it returns after shutdown().
+    // The reaper: a pass every reap_interval until shutdown(), backing off through API errors;
+    // it also keeps the provider's warm pool topped up (ensure_warm_pool at start and after each
+    // pass). co_spawn it next to the server; it returns after shutdown().
     boost::asio::awaitable<void> run();
 
     // Stops the reaper and refuses new gets (errc::cancelled), waits for what is in flight,

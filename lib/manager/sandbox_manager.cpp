@@ -100,6 +100,7 @@ struct SandboxManager::Impl {
     bool stopping = false;
     bool delete_late = false;  // acquisitions finishing from now on delete what they made
     bool reaper_running = false;
+    bool topping_up = false;  // a warm-pool top-up is under way
     std::minstd_rand jitter{std::random_device{}()};
     ManagerStats counters;
 
@@ -383,6 +384,23 @@ asio::awaitable<Result<CleanupResult>> pass_on_strand(ImplPtr impl) {
     co_return r;
 }
 
+// The provider's warm pool, topped up beside the reaper (one top-up at a time; a no-op for
+// providers without a pool): filled when run() starts, its dead pods replaced after each pass.
+void top_up_warm_pool(const ImplPtr& impl) {
+    if (impl->topping_up || impl->stopping) return;
+    impl->topping_up = true;
+    auto task = [](ImplPtr i) -> asio::awaitable<void> {
+        try {
+            auto r = co_await i->provider->ensure_warm_pool();
+            if (!r) i->options.logger.warning("warm pool top-up failed: " + r.error().describe());
+        } catch (const std::exception& e) {
+            i->options.logger.warning(std::string("warm pool top-up failed: ") + e.what());
+        }
+        i->topping_up = false;  // resumed on the strand: co_spawned there
+    };
+    asio::co_spawn(impl->strand, task(impl), asio::detached);
+}
+
 asio::awaitable<void> run_on_strand(ImplPtr impl) {
     if (impl->reaper_running) {
         impl->options.logger.warning("run() called while the reaper runs: ignored");
@@ -396,6 +414,7 @@ asio::awaitable<void> run_on_strand(ImplPtr impl) {
     unsigned failures = 0;
     std::uniform_real_distribution<double> unit(0.0, 1.0);
     const auto& o = impl->options;
+    top_up_warm_pool(impl);
     while (!impl->stopping) {
         impl->reaper_timer.expires_after(
             manager::next_pass_in(o.reap_interval, failures, o.backoff_initial, o.backoff_max, unit(impl->jitter)));
@@ -405,6 +424,7 @@ asio::awaitable<void> run_on_strand(ImplPtr impl) {
         if (r) {
             failures = 0;
             for (const auto& e : r->errors) o.logger.warning("reaper: " + e.id + ": " + e.error.describe());
+            top_up_warm_pool(impl);
         } else {
             ++failures;
             ++impl->counters.reaper_errors;

@@ -1023,10 +1023,10 @@ TEST_F(RawProviderTest, CleanupReapsDeadPodsAndFailedWarmPods) {
     run([&]() -> asio::awaitable<void> {
         GetOrCreateOptions o;
         o.sandbox_id = "dies";
+        // It looks in the warm pool first, finds none free and starts the pool's refill: one
+        // warm pod (also dying) besides the sandbox's own.
         auto sb = co_await p->get_or_create_pod(o);
         EXPECT_TRUE(sb) << sb.error().describe();
-        auto filled = co_await p->ensure_warm_pool();
-        EXPECT_TRUE(filled && *filled == 1);
         ListSandboxesOptions all;
         all.include_warm = true;
         std::set<std::string> dead;

@@ -62,6 +62,16 @@ def pods_of_scope(kubeconfig, scope):
     return [l for l in out.stdout.splitlines() if l.strip()]
 
 
+def settled_pods(kubeconfig, want):
+    """The thread pods once warm pods claimed by the instance that lost a thread's race are gone."""
+    deadline = time.time() + 30
+    pods = pods_of_scope(kubeconfig, "thread")
+    while len(pods) != want and time.time() < deadline:
+        time.sleep(0.2)
+        pods = pods_of_scope(kubeconfig, "thread")
+    return pods
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="ksb-server-test-")
     os.chmod(tmp, 0o755)  # pods run as other uids and must reach their data directory
@@ -77,15 +87,28 @@ def main():
             time.sleep(0.1)
         logs = [open(os.path.join(tmp, "server-%d.log" % i), "w") for i in range(2)]
         # No client-side rate limit: the cluster, not 50 requests/s, sets the pace at 1,000 threads.
-        a, port_a = start_server(kubeconfig, logs[0], "--threads", "2", "--qps", "0")
+        # Only instance a keeps a warm pool: the threads' bindings make the two agree anyway.
+        a, port_a = start_server(kubeconfig, logs[0], "--threads", "2", "--qps", "0", "--warm-pool", "4")
         servers.append(a)
         b, port_b = start_server(kubeconfig, logs[1], "--delete-on-exit", "--qps", "0")
         servers.append(b)
+
+        # a fills its warm pool when it starts.
+        warm = 0
+        for _ in range(600):
+            status, data = request(port_a, "GET", "/stats")
+            warm = (json.loads(data).get("cluster") or {}).get("warm", 0) if status == 200 else 0
+            if warm >= 4:
+                break
+            time.sleep(0.1)
+        check(warm >= 4, "the warm pool fills at start (%d warm)" % warm)
 
         # One thread through both instances: one sandbox, state kept between turns.
         thread = "user 7/conversation \"x\" $HOME"
         s1, r1 = execute(port_a, thread, "echo turn-1 > /workspace/notes; echo ok")
         check(s1 == 200 and r1["output"] == "ok\n" and r1["created"] is True, "first turn creates (%s %s)" % (s1, r1))
+        # A thread's own pod name carries its id ("ksb-user-7-..."); a warm pod's is random.
+        check(s1 == 200 and "user-7" not in r1["sandbox_id"], "the first turn is served warm (%s)" % r1.get("sandbox_id"))
         s2, r2 = execute(port_b, thread, "cat /workspace/notes")
         check(s2 == 200 and r2["output"] == "turn-1\n" and r2["created"] is False,
               "second turn on the other instance sees the first turn's file (%s %s)" % (s2, r2))
@@ -108,7 +131,7 @@ def main():
               "both instances reached the same sandbox for every thread")
         created = sum(1 for _, r in results if r and r.get("created"))
         check(created == len(threads), "exactly one creation per thread (%d)" % created)
-        pods = pods_of_scope(kubeconfig, "thread")
+        pods = settled_pods(kubeconfig, len(threads) + 1)
         check(len(pods) == len(threads) + 1, "one pod per thread in the cluster (%d)" % len(pods))
 
         # Replicas at scale: MANY threads, each asked through both instances at once, 64 requests
@@ -132,7 +155,7 @@ def main():
         check(len(set(ids)) == len(ids), "no sandbox is shared between threads")
         created = sum(1 for _, r in results if r and r.get("created"))
         check(created == MANY, "exactly one creation per thread (%d of %d)" % (created, MANY))
-        pods = pods_of_scope(kubeconfig, "thread")
+        pods = settled_pods(kubeconfig, before + MANY)
         check(len(pods) == before + MANY, "%d more pods in the cluster (%d)" % (MANY, len(pods) - before))
 
         # Lookup and removal, idempotent, from either instance.

@@ -112,6 +112,54 @@ TEST(RawManifests, WarmClaimIsPreconditioned) {
     EXPECT_EQ(md.at("annotations").at("kubesandbox.io/last-activity"), "NOW");
 }
 
+TEST(RawManifests, AWarmPodBoundToACallerIdKeepsItsPolicysLabel) {
+    RawProviderOptions o;
+    auto idt = raw::make_identity(o, "Conversation 7", {{"team", "a"}}, 600, std::nullopt, "T");
+    ASSERT_TRUE(idt);
+    raw::Identity bound = raw::bound_identity(*idt, "ksb-bcdfghjklm");
+    // The deny-all policy made with the warm pod selects its own name: that label stays.
+    EXPECT_EQ(bound.labels.at("kubesandbox.io/sandbox-id"), "ksb-bcdfghjklm");
+    EXPECT_EQ(bound.label, "ksb-bcdfghjklm");
+    EXPECT_EQ(bound.annotations.at("kubesandbox.io/thread-id-original"), "Conversation 7");
+    EXPECT_EQ(bound.labels.at("kubesandbox.io/team"), "a");
+    EXPECT_EQ(bound.annotations.at("kubesandbox.io/ttl-seconds"), "600");
+    // An id that is its own label still gets the annotation: it is how a bound pod names its id.
+    auto plain = raw::make_identity(o, "plain", {}, std::nullopt, std::nullopt, "T");
+    ASSERT_TRUE(plain);
+    EXPECT_EQ(raw::bound_identity(*plain, "ksb-bcdfghjklm").annotations.at("kubesandbox.io/thread-id-original"),
+              "plain");
+}
+
+TEST(RawManifests, BindingNamesItsPodAndIsOwnedByAClaimedOne) {
+    RawProviderOptions o;
+    json::object b = raw::build_binding(o, "ksb-conv-1", "conv-1", "ksb-bcdfghjklm", "uid-1", "tok", "T");
+    EXPECT_EQ(b.at("kind"), "ConfigMap");
+    const auto& md = b.at("metadata").as_object();
+    EXPECT_EQ(md.at("name"), "ksb-conv-1");
+    EXPECT_EQ(md.at("labels").at("kubesandbox.io/managed-by"), "kubesandbox");
+    EXPECT_EQ(md.at("labels").at("kubesandbox.io/sandbox-id"), "conv-1");
+    EXPECT_EQ(md.at("labels").at("kubesandbox.io/namespace-mode"), "shared");
+    EXPECT_EQ(md.at("annotations").at("kubesandbox.io/creation-token"), "tok");
+    EXPECT_EQ(md.at("annotations").at("kubesandbox.io/created-at"), "T");
+    const auto& ref = md.at("ownerReferences").as_array().at(0).as_object();
+    EXPECT_EQ(ref.at("kind"), "Pod");
+    EXPECT_EQ(ref.at("name"), "ksb-bcdfghjklm");
+    EXPECT_EQ(ref.at("uid"), "uid-1");
+    EXPECT_EQ(raw::bound_pod(b), "ksb-bcdfghjklm");
+    // Bound to the id's own (not yet created) pod: no owner.
+    json::object cold = raw::build_binding(o, "ksb-conv-1", "conv-1", "ksb-conv-1", "", "tok", "T");
+    EXPECT_FALSE(cold.at("metadata").as_object().contains("ownerReferences"));
+    EXPECT_EQ(raw::bound_pod(cold), "ksb-conv-1");
+    // A binding naming no pod, or something that is not one of our pod names, names none.
+    for (json::value data : {json::value(json::object{}), json::value(json::object{{"pod", "../etc"}}),
+                             json::value(json::object{{"pod", "kube-apiserver"}}),
+                             json::value(json::object{{"pod", 7}}), json::value("x")}) {
+        json::object bad = cold;
+        bad["data"] = data;
+        EXPECT_EQ(raw::bound_pod(bad), "") << json::serialize(data);
+    }
+}
+
 TEST(RawManifests, InitContainersAreHardenedToo) {
     RawProviderOptions o;
     o.init_containers.push_back(json::object{

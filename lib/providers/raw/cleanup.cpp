@@ -10,6 +10,8 @@
 #include "util/json_access.hpp"
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 namespace kubesandbox::raw {
 
@@ -33,6 +35,64 @@ asio::awaitable<void> remove_orphan(StatePtr st, ResourcePath path, std::string 
     } else if (!d.error().is(errc::not_found)) {
         result.errors.push_back(CleanupError{std::move(what), d.error()});
     }
+}
+
+// Bindings (shared-namespace mode) whose pod is gone, and warm pods claimed for an id that no
+// binding names (their claimer stopped before binding them, or lost the race and could not
+// release them). Young ones may belong to an acquisition in flight and are spared.
+asio::awaitable<Result<void>> sweep_bindings(StatePtr st, const std::vector<json::object>& pods,
+                                             const std::vector<const json::object*>& reaped, std::chrono::seconds grace,
+                                             std::size_t concurrency, CleanupResult& result) {
+    const auto& cfg = st->options;
+    auto bindings = co_await list_all(st, bindings_path(cfg.namespace_name), selector_for(cfg));
+    if (!bindings) co_return fail(bindings.error());
+    const auto now = system_clock::now();
+    std::set<std::string> pod_names;
+    for (const auto& pod : pods) pod_names.insert(string_at(metadata_of(pod), "name"));
+    std::map<std::string, std::string> bound;  // binding name -> the pod it names
+    std::vector<const json::object*> stale;
+    for (const auto& b : *bindings) {
+        const std::string pod = bound_pod(b);
+        bound[string_at(metadata_of(b), "name")] = pod;
+        if (pod_names.count(pod)) continue;
+        auto age = age_of(b, now);
+        if (!age || *age < grace || being_deleted(b)) continue;
+        stale.push_back(&b);
+    }
+    co_await util::bounded_for_each(stale.size(), concurrency, [&](std::size_t i) -> asio::awaitable<void> {
+        const auto& m = metadata_of(*stale[i]);
+        std::string name = string_at(m, "name");
+        std::string ns = string_at(m, "namespace");
+        // Made since the pods were listed: the binding is in use.
+        auto alive = co_await st->client.get(pods_path(ns).with_name(bound_pod(*stale[i])));
+        if (alive || !alive.error().is(errc::not_found)) co_return;
+        co_await remove_orphan(st, bindings_path(ns).with_name(name), string_at(m, "uid"),
+                               "configmap " + ns + "/" + name, result);
+    });
+    std::set<const json::object*> gone(reaped.begin(), reaped.end());
+    std::vector<const json::object*> unbound;
+    for (const auto& pod : pods) {
+        const std::string name = string_at(metadata_of(pod), "name");
+        const std::string id = util::annotation_of(pod, keys::id_original);
+        // Claimed under a binding: a random name serving a caller id (bound_identity).
+        if (gone.count(&pod) || !is_random_pod_name(name) || id.empty() ||
+            label_of(pod, keys::pool_status) != "active" || label_of(pod, keys::sandbox_id) != name)
+            continue;
+        if (auto it = bound.find(pod_name_for(id)); it != bound.end() && it->second == name) continue;
+        auto age = age_of(pod, now);
+        if (!age || *age < grace || being_deleted(pod)) continue;
+        unbound.push_back(&pod);
+    }
+    co_await util::bounded_for_each(unbound.size(), concurrency, [&](std::size_t i) -> asio::awaitable<void> {
+        const auto& m = metadata_of(*unbound[i]);
+        std::string what = "pod " + string_at(m, "namespace") + "/" + string_at(m, "name");
+        // Preconditioned on what was listed.
+        auto d = co_await delete_listed(st, *unbound[i], false);
+        if (d && *d) result.orphans_deleted.push_back(std::move(what));
+        else if (!d && !d.error().is(errc::not_found) && !d.error().is(errc::conflict))
+            result.errors.push_back(CleanupError{std::move(what), d.error()});
+    });
+    co_return Result<void>{};
 }
 
 }  // namespace
@@ -93,6 +153,10 @@ asio::awaitable<Result<CleanupResult>> cleanup(StatePtr st, CleanupOptions optio
             co_await remove_orphan(st, network_policies_path(ns).with_name(name), string_at(m, "uid"),
                                    "networkpolicy " + ns + "/" + name, result);
         });
+    if (!cfg.namespace_per_sandbox) {
+        auto swept = co_await sweep_bindings(st, *listed, expired, grace, options.concurrency, result);
+        if (!swept) co_return fail(swept.error());
+    }
     if (cfg.namespace_per_sandbox) {
         std::map<std::string, std::string> sel{{keys::managed_by, keys::managed_by_value},
                                                {keys::namespace_mode, "per-sandbox"}};

@@ -546,14 +546,19 @@ void record_activity(const StatePtr& st, const std::string& id) {
     }
     auto target = resolve_id(st->options, id);
     if (!target) return;
-    auto task = [](StatePtr s, std::string n, std::string p) -> asio::awaitable<void> {
+    auto task = [](StatePtr s, Target t) -> asio::awaitable<void> {
         try {
-            auto r = co_await patch_activity(s, n, p);
+            auto r = co_await patch_activity(s, t.ns, t.pod);
+            // Not at the id's own name: a warm pod its binding names.
+            if (!r && r.error().is(errc::not_found) && t.label) {
+                auto at = co_await locate(s, t);
+                if (at && at->pod != t.pod) r = co_await patch_activity(s, at->ns, at->pod);
+            }
             if (!r && !r.error().is(errc::not_found))
                 s->options.logger.warning("last-activity patch failed: " + r.error().describe());
         } catch (const std::exception&) {}
     };
-    asio::co_spawn(st->client.get_executor(), task(st, target->ns, target->pod), asio::detached);
+    asio::co_spawn(st->client.get_executor(), task(st, std::move(*target)), asio::detached);
 }
 
 }  // namespace raw

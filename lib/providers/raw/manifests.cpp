@@ -167,6 +167,36 @@ Result<Identity> make_identity(const RawProviderOptions& cfg, const std::string&
     return idt;
 }
 
+Identity bound_identity(Identity caller, const std::string& pod) {
+    caller.annotations[keys::id_original] = caller.id;
+    caller.label = proto::sanitize_label_value(pod);
+    caller.labels[keys::sandbox_id] = caller.label;
+    return caller;
+}
+
+json::object build_binding(const RawProviderOptions& cfg, const std::string& name, const std::string& sandbox_label,
+                           const std::string& pod, const std::string& pod_uid, const std::string& token,
+                           const std::string& created_at) {
+    json::object labels = base_labels(sandbox_label);
+    labels[keys::namespace_mode] = namespace_mode(cfg);
+    json::object cm = named("v1", "ConfigMap", name, std::move(labels));
+    auto& metadata = cm["metadata"].as_object();
+    json::object ann;
+    ann[keys::created_at] = created_at;  // orphan sweeps spare bindings of creations in flight
+    ann[keys::creation_token] = token;
+    metadata["annotations"] = std::move(ann);
+    if (!pod_uid.empty()) metadata["ownerReferences"] = json::array{owner_reference(pod, pod_uid)};
+    cm["data"] = json::object{{"pod", pod}};
+    return cm;
+}
+
+std::string bound_pod(const json::object& binding) {
+    const json::object* data = util::object_at(binding, "data");
+    std::string pod = data ? util::string_at(*data, "pod") : std::string();
+    if (pod.rfind("ksb-", 0) != 0 || !proto::validate_dns1123_label(pod).empty()) return {};
+    return pod;
+}
+
 json::object build_pod(const RawProviderOptions& cfg, const std::string& name, json::object labels,
                        json::object annotations) {
     json::object container = container_of(cfg);

@@ -54,6 +54,20 @@ boost::json::object warm_claim_patch(const Identity& identity, const std::string
 std::optional<std::int64_t> claimed_deadline(const Identity& identity, std::optional<std::int64_t> configured,
                                              std::int64_t running_for);
 
+// The identity a warm pod takes when claimed for a caller id under a binding: the caller's
+// labels and TTLs, the id in its id annotation, but the pod's own sandbox-id label, which its
+// deny-all NetworkPolicy selects (relabelling would open the pod's network).
+Identity bound_identity(Identity caller, const std::string& pod);
+
+// Shared-namespace mode binds a caller id to the pod serving it with a ConfigMap named like the
+// id's own pod: creating it claims the id (409: someone else did), its data names the pod (the
+// id's own pod name, or a claimed warm pod, which then owns the binding).
+boost::json::object build_binding(const RawProviderOptions& options, const std::string& name,
+                                  const std::string& sandbox_label, const std::string& pod, const std::string& pod_uid,
+                                  const std::string& token, const std::string& created_at);
+// The pod a binding names; "" when it names none validly.
+std::string bound_pod(const boost::json::object& binding);
+
 // Why a sandbox pod spec (after pod_template_overrides) is weaker than the hardening: host
 // namespaces, a mounted service-account token, hostPath volumes, a container that may be
 // privileged, escalate, run as root or keep capabilities; nullopt when it is not.

@@ -93,6 +93,8 @@ ResourcePath core_path(std::string plural, std::string namespace_name) {
     return p;
 }
 
+ResourcePath bindings_path(std::string namespace_name) { return core_path("configmaps", std::move(namespace_name)); }
+
 ResourcePath list_path(const RawProviderOptions& options) {
     return pods_path(options.namespace_per_sandbox ? std::string() : options.namespace_name);
 }

@@ -27,6 +27,8 @@ ResourcePath pods_path(std::string namespace_name);
 ResourcePath network_policies_path(std::string namespace_name);
 ResourcePath namespaces_path();
 ResourcePath core_path(std::string plural, std::string namespace_name);
+// Where the caller-id bindings (ConfigMaps, shared-namespace mode) live.
+ResourcePath bindings_path(std::string namespace_name);
 // Where this provider's pods are listed: its namespace, or every namespace in per-sandbox mode.
 ResourcePath list_path(const RawProviderOptions& options);
 

@@ -7,6 +7,7 @@
 #include <kubesandbox/raw_provider.hpp>
 
 #include "providers/raw/manifests.hpp"
+#include "providers/raw/naming.hpp"
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/json/object.hpp>
@@ -39,6 +40,21 @@ namespace raw {
 
 using StatePtr = std::shared_ptr<RawProvider::State>;
 using steady_time = std::chrono::steady_clock::time_point;
+
+// acquire.cpp
+struct PodAcquisition {
+    std::unique_ptr<PodExecSandbox> sandbox;
+    SandboxOrigin origin = SandboxOrigin::existing;
+    std::string uid;
+};
+boost::asio::awaitable<Result<PodAcquisition>> acquire(StatePtr st, GetOrCreateOptions options);
+// Where a target's pod is: the id's own name, or the pod its binding names (with the binding).
+struct Located {
+    std::string ns;
+    std::string pod;
+    std::optional<boost::json::object> binding;
+};
+boost::asio::awaitable<Result<Located>> locate(StatePtr st, Target target);
 
 // readiness.cpp: until the pod is Ready (and, with require_setup, its creator's setup_script
 // done), by watch from `initial`'s resourceVersion; fails fast on terminal states.
@@ -83,11 +99,18 @@ void record_activity(const StatePtr& st, const std::string& id);
 // warm_pool.cpp
 boost::asio::awaitable<Result<int>> fill_pool(StatePtr st);
 void spawn_refill(const StatePtr& st);
-// A Ready warm pod of this configuration, claimed for the caller: {namespace, pod}; nullopt
-// when none was free.
-boost::asio::awaitable<Result<std::optional<std::pair<std::string, std::string>>>> claim_warm(
-    StatePtr st, std::map<std::string, std::string> user_labels, std::optional<std::int64_t> ttl,
-    std::optional<std::int64_t> ttl_idle);
+struct ClaimedPod {
+    std::string ns;
+    std::string name;
+    std::string uid;
+};
+// A Ready warm pod of this configuration, claimed for the caller; nullopt when none was free.
+// `caller_id`: the id it will serve under a binding (bound_identity); nullopt: its own name.
+boost::asio::awaitable<Result<std::optional<ClaimedPod>>> claim_warm(StatePtr st,
+                                                                     std::map<std::string, std::string> user_labels,
+                                                                     std::optional<std::int64_t> ttl,
+                                                                     std::optional<std::int64_t> ttl_idle,
+                                                                     std::optional<std::string> caller_id);
 
 // cleanup.cpp
 boost::asio::awaitable<Result<CleanupResult>> cleanup(StatePtr st, CleanupOptions options);

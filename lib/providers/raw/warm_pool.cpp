@@ -101,10 +101,12 @@ void spawn_refill(const StatePtr& st) {
 // The claim carries a token unique to this call: when the PATCH went through but its response
 // was lost, the retry's 409 (or the dead connection) is resolved by reading the pod back,
 // instead of being taken for someone else's claim and orphaning the pod.
-asio::awaitable<Result<std::optional<std::pair<std::string, std::string>>>> claim_warm(
-    StatePtr st, std::map<std::string, std::string> user_labels, std::optional<std::int64_t> ttl,
-    std::optional<std::int64_t> ttl_idle) {
-    using Claimed = std::optional<std::pair<std::string, std::string>>;
+asio::awaitable<Result<std::optional<ClaimedPod>>> claim_warm(StatePtr st,
+                                                              std::map<std::string, std::string> user_labels,
+                                                              std::optional<std::int64_t> ttl,
+                                                              std::optional<std::int64_t> ttl_idle,
+                                                              std::optional<std::string> caller_id) {
+    using Claimed = std::optional<ClaimedPod>;
     ListOptions lo;
     lo.label_selector = warm_selector(st->options, st->config_hash);
     lo.limit = 100;
@@ -117,9 +119,11 @@ asio::awaitable<Result<std::optional<std::pair<std::string, std::string>>>> clai
         const auto& m = metadata_of(pod);
         std::string name = string_at(m, "name");
         std::string ns = string_at(m, "namespace");  // per-sandbox mode: the pod's own namespace
+        std::string uid = string_at(m, "uid");
         auto now = util::now_rfc3339(true);
-        auto idt = make_identity(st->options, name, user_labels, ttl, ttl_idle, now);
+        auto idt = make_identity(st->options, caller_id ? *caller_id : name, user_labels, ttl, ttl_idle, now);
         if (!idt) co_return fail(idt.error());
+        if (caller_id) *idt = bound_identity(std::move(*idt), name);
         const std::string token = util::random_hex(16);
         const ResourcePath path = pods_path(ns).with_name(name);
         std::int64_t running_for = 0;
@@ -132,12 +136,12 @@ asio::awaitable<Result<std::optional<std::pair<std::string, std::string>>>> clai
             path, warm_claim_patch(*idt, string_at(m, "resourceVersion"), token, now, deadline), PatchType::merge);
         if (r) {
             // The precondition guarantees we were the only claimer of that version.
-            if (claimed_by(*r, token)) co_return Claimed(std::make_pair(ns, name));
+            if (claimed_by(*r, token)) co_return Claimed(ClaimedPod{ns, name, uid});
             continue;
         }
         if (r.error().is(errc::not_found)) continue;
         auto now_pod = co_await st->client.get(path);
-        if (now_pod && claimed_by(*now_pod, token)) co_return Claimed(std::make_pair(ns, name));  // response lost
+        if (now_pod && claimed_by(*now_pod, token)) co_return Claimed(ClaimedPod{ns, name, uid});  // response lost
         if (r.error().is(errc::conflict)) continue;  // someone else got it: take the next
         co_return fail(r.error());
     }
