@@ -357,6 +357,81 @@ TEST_F(RawBindingTest, ADeadBoundPodIsReplacedAndSaysSo) {
         240s);
 }
 
+// A binding whose owner is gone is on its way out (the garbage collector removes it): a pod made
+// under it would lose its binding while in use. The id is bound afresh instead.
+TEST_F(RawBindingTest, NoPodIsMadeUnderABindingOwnedByAGonePod) {
+    auto p = provider(0);
+    run(
+        [&]() -> asio::awaitable<void> {
+            auto kc = client();
+            const std::string own = RawProvider::pod_name_for("orphaned");
+            json::object hand{
+                {"apiVersion", "v1"},
+                {"kind", "ConfigMap"},
+                {"metadata", json::object{{"name", own},
+                                          {"labels", json::object{{"kubesandbox.io/managed-by", "kubesandbox"},
+                                                                  {"kubesandbox.io/sandbox-id", "orphaned"},
+                                                                  {"kubesandbox.io/namespace-mode", "shared"}}},
+                                          {"ownerReferences", json::array{json::object{{"apiVersion", "v1"},
+                                                                                       {"kind", "Pod"},
+                                                                                       {"name", own},
+                                                                                       {"uid", "a-pod-long-gone"}}}}}},
+                {"data", json::object{{"pod", own}}}};
+            auto made = co_await kc.create(in_default("configmaps"), hand);
+            EXPECT_TRUE(made) << made.error().describe();
+            if (!made) co_return;
+            GetOrCreateOptions o;
+            o.sandbox_id = "orphaned";
+            auto got = co_await p->acquire(o);
+            EXPECT_TRUE(got) << got.error().describe();
+            if (!got) co_return;
+            auto binding = co_await kc.get(in_default("configmaps", own));
+            EXPECT_TRUE(binding);
+            if (binding) {
+                EXPECT_NE(at(*binding, {"metadata", "uid"}), at(*made, {"metadata", "uid"}))
+                    << "the pod was made under the dying binding";
+                const auto* refs = binding->at("metadata").as_object().if_contains("ownerReferences");
+                EXPECT_TRUE(refs && refs->is_array() && refs->as_array().size() == 1 &&
+                            at(refs->as_array()[0].as_object(), {"uid"}) == got->instance);
+            }
+            // Bound again by hand removal: a live pod at the id's name is bound as it is.
+            auto removed = co_await kc.remove(in_default("configmaps", own));
+            EXPECT_TRUE(removed);
+            auto again = co_await p->acquire(o);
+            EXPECT_TRUE(again && again->origin == SandboxOrigin::existing && again->instance == got->instance);
+            auto rebound = co_await kc.get(in_default("configmaps", own));
+            EXPECT_TRUE(rebound && at(*rebound, {"data", "pod"}) == own);
+            co_await delete_all(*p);
+        },
+        240s);
+}
+
+// A top-up while the refill started by a claim is running does not count the same shortfall
+// again: the pool ends at its size, not above it.
+TEST_F(RawBindingTest, ATopUpDuringARefillDoesNotOvershoot) {
+    auto p = provider(2);
+    run(
+        [&]() -> asio::awaitable<void> {
+            co_await p->ensure_warm_pool();
+            co_await wait_pool(*p, 2);
+            auto got = co_await p->get_or_create();  // claims one and starts the refill
+            EXPECT_TRUE(got) << got.error().describe();
+            auto topped = co_await p->ensure_warm_pool();
+            EXPECT_TRUE(topped) << topped.error().describe();
+            co_await wait_pool(*p, 2);
+            co_await sleep_for(1500ms);  // anything still being made would show by now
+            ListSandboxesOptions warm;
+            warm.status = "warm";
+            auto listed = co_await p->list(warm);
+            EXPECT_TRUE(listed);
+            if (listed) {
+                EXPECT_EQ(listed->items.size(), 2u) << "warm pods beyond the pool's size";
+            }
+            co_await delete_all(*p);
+        },
+        240s);
+}
+
 TEST_F(RawBindingTest, CleanupSweepsStaleBindingsAndClaimsNoBindingNames) {
     auto p = provider(1);
     run(

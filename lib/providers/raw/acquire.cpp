@@ -42,24 +42,17 @@ asio::awaitable<Result<PodAcquisition>> reconnect(StatePtr st, std::string ns, s
     auto p = co_await patch_activity(st, ns, name);
     // Gone between the read and the patch (reaped by someone): not a sandbox to hand out.
     if (!p && p.error().is(errc::not_found))
-        co_return fail(errc::conflict, "sandbox " + id + " was deleted while it was being acquired");
+        co_return fail(errc::not_found, "sandbox " + id + " was deleted while it was being acquired");
     if (!p) co_return fail(p.error());
     co_return PodAcquisition{make_sandbox(st, ns, name, activity_id), SandboxOrigin::existing, uid};
 }
 
-// What is at the id's own pod name: a live pod to hand out, or nothing (any dead pod there has
-// been deleted and is gone: `replaced`).
-struct AtName {
-    std::optional<PodAcquisition> acquired;
-    bool replaced{false};
-};
-
-asio::awaitable<Result<AtName>> acquire_at_name(StatePtr st, Target target, bool create_if_missing) {
-    const auto& cfg = st->options;
-    const ResourcePath path = pods_path(target.ns).with_name(target.pod);
-    auto got = co_await st->client.get(path);
+// The pod at the id's own name, if any; a pod there that is not this id's is an error.
+asio::awaitable<Result<std::optional<json::object>>> read_at_name(StatePtr st, const Target& target) {
+    using Found = std::optional<json::object>;
+    auto got = co_await st->client.get(pods_path(target.ns).with_name(target.pod));
     if (!got) {
-        if (got.error().is(errc::not_found)) co_return AtName{};
+        if (got.error().is(errc::not_found)) co_return Found();
         co_return fail(got.error());
     }
     const std::string where = target.ns + "/" + target.pod;
@@ -68,30 +61,52 @@ asio::awaitable<Result<AtName>> acquire_at_name(StatePtr st, Target target, bool
     if (target.label && label_of(*got, keys::sandbox_id) != *target.label)
         co_return fail(errc::already_exists,
                        "pod " + where + " belongs to another sandbox (" + label_of(*got, keys::sandbox_id) + ")");
-    auto ev = evaluate_pod(*got);
-    const bool abandoned = setup_abandoned(*got, cfg, system_clock::now());
-    if (!ev.dead && !abandoned) {
-        if (ev.state == PodState::failed) co_return fail(ev.error);
-        auto r = co_await reconnect(st, target.ns, target.pod, std::move(*got), target.id, target.id);
-        if (!r) co_return fail(r.error());
-        co_return AtName{std::move(*r), false};
-    }
-    // A dead or terminating pod would block its id forever: replace it.
-    if (!create_if_missing)
-        co_return fail(errc::not_found, "sandbox " + target.id + " is gone: " +
-                                            (abandoned ? std::string("its setup was abandoned") : ev.error.message));
-    auto deadline = steady_clock::now() + cfg.startup_timeout;
-    std::string uid = uid_of(*got);
-    if (!being_deleted(*got)) {
+    co_return Found(std::move(*got));
+}
+
+// Why a pod may not be handed out ("" when it may): dead, terminating, or its setup abandoned.
+std::string unusable(const json::object& pod, const RawProviderOptions& cfg) {
+    if (setup_abandoned(pod, cfg, system_clock::now())) return "its setup was abandoned";
+    auto ev = evaluate_pod(pod);
+    return ev.dead ? ev.error.message : std::string();
+}
+
+// Deletes a dead pod at the id's own name and waits until it is gone (the name is reused).
+asio::awaitable<Result<void>> remove_dead(StatePtr st, const Target& target, const json::object& pod) {
+    const ResourcePath path = pods_path(target.ns).with_name(target.pod);
+    auto deadline = steady_clock::now() + st->options.startup_timeout;
+    std::string uid = uid_of(pod);
+    if (!being_deleted(pod)) {
         DeleteOptions dopts;
         dopts.grace_period_seconds = 0;  // it is dead: nothing to shut down gracefully
         dopts.precondition_uid = uid;
         auto d = co_await st->client.remove(path, std::move(dopts));
         if (!d && !d.error().is(errc::not_found) && !d.error().is(errc::conflict)) co_return fail(d.error());
     }
-    auto gone = co_await wait_gone(st, target.ns, target.pod, uid, deadline);
-    if (!gone) co_return fail(gone.error());
-    co_return AtName{std::nullopt, true};
+    co_return co_await wait_gone(st, target.ns, target.pod, uid, deadline);
+}
+
+// Without bindings (per-sandbox namespaces, pod references): what is at the id's own name, a
+// live pod to hand out, or nothing (any dead pod there is gone now: `replaced`).
+struct AtName {
+    std::optional<PodAcquisition> acquired;
+    bool replaced{false};
+};
+
+asio::awaitable<Result<AtName>> acquire_at_name(StatePtr st, Target target, bool create_if_missing) {
+    auto got = co_await read_at_name(st, target);
+    if (!got) co_return fail(got.error());
+    if (!*got) co_return AtName{};
+    if (std::string why = unusable(**got, st->options); !why.empty()) {
+        if (!create_if_missing) co_return fail(errc::not_found, "sandbox " + target.id + " is gone: " + why);
+        auto gone = co_await remove_dead(st, target, **got);
+        if (!gone) co_return fail(gone.error());
+        co_return AtName{std::nullopt, true};
+    }
+    if (auto ev = evaluate_pod(**got); ev.state == PodState::failed) co_return fail(ev.error);
+    auto r = co_await reconnect(st, target.ns, target.pod, std::move(**got), target.id, target.id);
+    if (!r) co_return fail(r.error());
+    co_return AtName{std::move(*r), false};
 }
 
 // Creates (or adopts) the pod at the id's own name.
@@ -120,6 +135,19 @@ bool our_binding(const json::object& b, const std::string& label) {
     return label_of(b, keys::managed_by) == keys::managed_by_value && label_of(b, keys::sandbox_id) == label;
 }
 
+bool owned(const json::object& o) {
+    const auto* refs = metadata_of(o).if_contains("ownerReferences");
+    return refs && refs->is_array() && !refs->as_array().empty();
+}
+
+bool owned_by(const json::object& o, const std::string& uid) {
+    const auto* refs = metadata_of(o).if_contains("ownerReferences");
+    if (!refs || !refs->is_array()) return false;
+    for (const auto& ref : refs->as_array())
+        if (ref.is_object() && string_at(ref.as_object(), "uid") == uid) return true;
+    return false;
+}
+
 // Deletes a binding that named a pod no longer there (preconditioned: one re-bound since stays).
 asio::awaitable<Result<void>> unbind(StatePtr st, ResourcePath path, std::string uid) {
     DeleteOptions o;
@@ -129,25 +157,52 @@ asio::awaitable<Result<void>> unbind(StatePtr st, ResourcePath path, std::string
     co_return Result<void>{};
 }
 
-// Makes the binding its pod's dependent, so it goes with the pod whoever deletes it. Best effort:
-// cleanup sweeps a binding whose pod is gone.
-asio::awaitable<void> own_binding(StatePtr st, ResourcePath path, std::string pod, std::string uid) {
-    auto r = co_await st->client.patch(std::move(path), owner_patch(pod, uid), PatchType::merge);
-    if (!r && !r.error().is(errc::not_found))
-        st->options.logger.warning("binding of pod " + pod + " not made its dependent: " + r.error().describe());
+// Makes `binding` (as read) the dependent of the pod it names, so it goes with that pod whoever
+// deletes it; preconditioned on what was read, so a binding deleted and made again meanwhile
+// (another pod's, maybe) is never touched. False: that binding is no longer there, and the pod
+// may not be handed out under it.
+asio::awaitable<Result<bool>> own_binding(StatePtr st, ResourcePath path, json::object binding, std::string pod,
+                                          std::string uid) {
+    const std::string binding_uid = uid_of(binding);
+    for (int attempt = 0; attempt < 4; ++attempt) {
+        if (owned_by(binding, uid)) co_return true;
+        json::object patch = owner_patch(pod, uid);
+        patch["metadata"].as_object()["resourceVersion"] = string_at(metadata_of(binding), "resourceVersion");
+        auto r = co_await st->client.patch(path, std::move(patch), PatchType::merge);
+        if (r) co_return true;
+        if (r.error().is(errc::not_found)) co_return false;
+        const bool raced = r.error().is(errc::conflict);
+        // Not allowed to patch, say: the binding still serves; cleanup sweeps it after its pod.
+        if (!raced)
+            st->options.logger.warning("binding of pod " + pod + " not made its dependent: " + r.error().describe());
+        auto again = co_await st->client.get(path);
+        if (!again) {
+            if (again.error().is(errc::not_found)) co_return false;
+            co_return fail(again.error());
+        }
+        if (uid_of(*again) != binding_uid || bound_pod(*again) != pod) co_return false;
+        if (!raced) co_return true;
+        binding = std::move(*again);
+    }
+    co_return true;  // still naming the pod after every attempt: others keep changing it
 }
 
 asio::awaitable<Result<PodAcquisition>> acquire_bound(StatePtr st, Target target, GetOrCreateOptions options) {
     const auto& cfg = st->options;
     const std::string& label = *target.label;
     const ResourcePath bpath = bindings_path(target.ns).with_name(target.pod);
+    // An unowned binding younger than this names a pod its creator may still be making.
+    const auto in_flight = cfg.startup_timeout + std::chrono::seconds(60);
+    const bool create = options.create_if_missing;
     auto gone = [&](const std::string& why) {
         return fail(errc::not_found, "sandbox " + target.id + " is gone: " + why);
     };
     bool replaced = false;
     auto origin_or_replaced = [&](SandboxOrigin o) { return replaced ? SandboxOrigin::replaced : o; };
-    // Each round either hands out a pod or removes something stale or lost a race; a few
-    // rounds settle any interleaving of replicas.
+    // A pod is handed out only under a binding naming it, and created only under a binding no
+    // pod owns yet (the garbage collector removes an owned binding once its pod is gone). Each
+    // round hands out a pod, removes something stale, or lost a race; a few rounds settle any
+    // interleaving of replicas.
     for (int round = 0; round < 8; ++round) {
         auto b = co_await st->client.get(bpath);
         if (!b && !b.error().is(errc::not_found)) co_return fail(b.error());
@@ -156,69 +211,97 @@ asio::awaitable<Result<PodAcquisition>> acquire_bound(StatePtr st, Target target
                 co_return fail(errc::already_exists, "configmap " + target.ns + "/" + target.pod +
                                                          " exists and is not kubesandbox's binding of " + target.id);
             const std::string pod = bound_pod(*b);
-            if (pod.empty())
-                co_return fail(errc::invalid_response,
-                               "the binding of sandbox " + target.id + " (configmap " + target.pod + ") names no pod");
+            if (pod.empty()) {  // names nothing usable: as good as none
+                auto u = co_await unbind(st, bpath, uid_of(*b));
+                if (!u) co_return fail(u.error());
+                continue;
+            }
             if (pod == target.pod) {
-                auto at = co_await acquire_at_name(st, target, options.create_if_missing);
-                if (!at) co_return fail(at.error());
-                if (at->acquired) {
-                    at->acquired->origin = origin_or_replaced(at->acquired->origin);
-                    co_return std::move(*at->acquired);
+                auto got = co_await read_at_name(st, target);
+                if (!got) co_return fail(got.error());
+                if (*got) {
+                    if (std::string why = unusable(**got, cfg); !why.empty()) {
+                        if (!create) co_return gone(why);
+                        auto removed = co_await remove_dead(st, target, **got);
+                        if (!removed) co_return fail(removed.error());
+                        auto u = co_await unbind(st, bpath, uid_of(*b));
+                        if (!u) co_return fail(u.error());
+                        replaced = true;
+                        continue;
+                    }
+                    if (auto ev = evaluate_pod(**got); ev.state == PodState::failed) co_return fail(ev.error);
+                    auto r = co_await reconnect(st, target.ns, target.pod, std::move(**got), target.id, target.id);
+                    if (!r && r.error().is(errc::not_found) && create) continue;
+                    if (!r) co_return fail(r.error());
+                    r->origin = origin_or_replaced(r->origin);
+                    co_return std::move(*r);
                 }
-                replaced = replaced || at->replaced;
-                if (!options.create_if_missing) co_return gone("its pod " + target.pod + " does not exist");
+                // No pod yet. Its creator may be making it (unowned and young): make or adopt it
+                // too. Otherwise the binding outlived its pod: remove it and start afresh.
+                auto age = age_of(*b, system_clock::now());
+                if (owned(*b) || !age || *age >= in_flight) {
+                    if (!create) co_return gone("its pod " + target.pod + " does not exist");
+                    auto u = co_await unbind(st, bpath, uid_of(*b));
+                    if (!u) co_return fail(u.error());
+                    continue;
+                }
+                if (!create) co_return gone("its pod " + target.pod + " is still being created");
                 auto made = co_await create_at_name(st, target, options, replaced);
                 if (!made) co_return fail(made.error());
-                // The binding was read before the pod was made: if it has been swept since and
-                // the id bound elsewhere, this pod is not the id's (remove it, go again).
-                auto again = co_await st->client.get(bpath);
-                if (again && uid_of(*again) == uid_of(*b)) {
-                    co_await own_binding(st, bpath, target.pod, made->uid);
-                    co_return std::move(*made);
+                auto kept = co_await own_binding(st, bpath, std::move(*b), target.pod, made->uid);
+                if (!kept) co_return fail(kept.error());
+                if (*kept) co_return std::move(*made);
+                // The binding went meanwhile (deleted with its sandbox, say): not the id's pod.
+                if (made->origin != SandboxOrigin::adopted) {
+                    const std::optional<std::string> expected = label;
+                    auto d = co_await delete_objects(st, target.ns, target.pod, expected, false, std::string());
+                    if (!d && !d.error().is(errc::not_found)) co_return fail(d.error());
                 }
-                if (!again && !again.error().is(errc::not_found)) co_return fail(again.error());
-                const std::optional<std::string> expected = label;
-                auto d = co_await delete_objects(st, target.ns, target.pod, expected, false, std::string());
-                if (!d && !d.error().is(errc::not_found)) co_return fail(d.error());
                 continue;
             }
             // Bound to a claimed warm pod.
             auto p = co_await st->client.get(pods_path(target.ns).with_name(pod));
             if (!p && !p.error().is(errc::not_found)) co_return fail(p.error());
             const bool ours = p && serves(*p, target.id);
-            if (ours && !evaluate_pod(*p).dead && !setup_abandoned(*p, cfg, system_clock::now())) {
+            const std::string why = ours ? unusable(*p, cfg) : "its pod " + pod + " is gone";
+            if (ours && why.empty()) {
                 auto r = co_await reconnect(st, target.ns, pod, std::move(*p), target.ns + "/" + pod, target.id);
+                if (!r && r.error().is(errc::not_found) && create) continue;
                 if (!r) co_return fail(r.error());
                 r->origin = origin_or_replaced(r->origin);
                 co_return std::move(*r);
             }
-            if (!options.create_if_missing) co_return gone("its pod " + pod + " is gone");
+            if (!create) co_return gone(why);
             if (ours) {
                 const std::optional<std::string> expected = label_of(*p, keys::sandbox_id);
                 auto d = co_await delete_objects(st, target.ns, pod, expected, false, std::string());
                 if (!d && !d.error().is(errc::not_found) && !d.error().is(errc::conflict)) co_return fail(d.error());
+                replaced = true;
             }
             auto u = co_await unbind(st, bpath, uid_of(*b));
             if (!u) co_return fail(u.error());
-            replaced = true;
             continue;
         }
 
-        // Unbound. A pod at the id's name (made before bindings, or by a creator whose binding
-        // was swept) is the id's: every replica finds it the same way.
-        auto at = co_await acquire_at_name(st, target, options.create_if_missing);
-        if (!at) co_return fail(at.error());
-        if (at->acquired) {
-            at->acquired->origin = origin_or_replaced(at->acquired->origin);
-            co_return std::move(*at->acquired);
-        }
-        replaced = replaced || at->replaced;
-        if (!options.create_if_missing)
+        // Unbound. A live pod at the id's name (made before bindings existed) is bound as it is.
+        auto got = co_await read_at_name(st, target);
+        if (!got) co_return fail(got.error());
+        std::string live_uid;
+        if (*got) {
+            if (std::string why = unusable(**got, cfg); !why.empty()) {
+                if (!create) co_return gone(why);
+                auto removed = co_await remove_dead(st, target, **got);
+                if (!removed) co_return fail(removed.error());
+                replaced = true;
+            } else {
+                live_uid = uid_of(**got);
+            }
+        } else if (!create) {
             co_return fail(errc::not_found,
                            "sandbox " + target.id + " (pod " + target.ns + "/" + target.pod + ") not found");
+        }
         std::optional<ClaimedPod> claimed;
-        if (cfg.warm_pool_size > 0) {
+        if (live_uid.empty() && cfg.warm_pool_size > 0) {
             auto c = co_await claim_warm(st, options.labels, options.ttl_seconds, options.ttl_idle_seconds, target.id);
             spawn_refill(st);
             if (c) claimed = std::move(*c);
@@ -230,15 +313,25 @@ asio::awaitable<Result<PodAcquisition>> acquire_bound(StatePtr st, Target target
         copts.idempotent = true;
         copts.field_manager = "kubesandbox";
         // Built outside the co_await: g++ 12 destroys a conditional's temporary there twice.
-        const std::string pod_uid = claimed ? claimed->uid : std::string();
-        json::object body = build_binding(cfg, target.pod, label, pod, pod_uid, token, util::now_rfc3339(true));
+        const std::string owner_uid = claimed ? claimed->uid : live_uid;
+        json::object body = build_binding(cfg, target.pod, label, pod, owner_uid, token, util::now_rfc3339(true));
         auto made = co_await st->client.create(bindings_path(target.ns), std::move(body), copts);
         // A 409, or an answer lost: whether the binding there is ours, its token says.
         if (!made && (made.error().is(errc::already_exists) || made.error().outcome_unknown())) {
             auto there = co_await st->client.get(bpath);
             if (there && annotation_of(*there, keys::creation_token) == token) made = std::move(*there);
+            // Unknown whether ours exists: keep what was claimed (bound, it serves the id; else
+            // cleanup sweeps it) and report.
+            else if (!there && !there.error().is(errc::not_found)) co_return fail(there.error());
         }
         if (made) {
+            if (!live_uid.empty()) {
+                auto r = co_await reconnect(st, target.ns, target.pod, std::move(**got), target.id, target.id);
+                if (!r && r.error().is(errc::not_found) && create) continue;
+                if (!r) co_return fail(r.error());
+                r->origin = origin_or_replaced(r->origin);
+                co_return std::move(*r);
+            }
             if (claimed) {
                 {
                     std::lock_guard lock(st->mutex);
@@ -253,8 +346,15 @@ asio::awaitable<Result<PodAcquisition>> acquire_bound(StatePtr st, Target target
                 if (!u) cfg.logger.warning("binding of " + target.id + " not removed: " + u.error().describe());
                 co_return fail(r.error());
             }
-            co_await own_binding(st, bpath, target.pod, r->uid);
-            co_return std::move(*r);
+            auto kept = co_await own_binding(st, bpath, std::move(*made), target.pod, r->uid);
+            if (!kept) co_return fail(kept.error());
+            if (*kept) co_return std::move(*r);
+            if (r->origin != SandboxOrigin::adopted) {
+                const std::optional<std::string> expected = label;
+                auto d = co_await delete_objects(st, target.ns, target.pod, expected, false, std::string());
+                if (!d && !d.error().is(errc::not_found)) co_return fail(d.error());
+            }
+            continue;
         }
         // Someone else bound the id first: what we claimed goes (the pool refills), theirs serves.
         if (claimed) {

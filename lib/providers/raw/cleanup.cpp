@@ -63,9 +63,11 @@ asio::awaitable<Result<void>> sweep_bindings(StatePtr st, const std::vector<json
         const auto& m = metadata_of(*stale[i]);
         std::string name = string_at(m, "name");
         std::string ns = string_at(m, "namespace");
-        // Made since the pods were listed: the binding is in use.
-        auto alive = co_await st->client.get(pods_path(ns).with_name(bound_pod(*stale[i])));
-        if (alive || !alive.error().is(errc::not_found)) co_return;
+        // Made since the pods were listed: the binding is in use (one naming no pod never is).
+        if (std::string pod = bound_pod(*stale[i]); !pod.empty()) {
+            auto alive = co_await st->client.get(pods_path(ns).with_name(pod));
+            if (alive || !alive.error().is(errc::not_found)) co_return;
+        }
         co_await remove_orphan(st, bindings_path(ns).with_name(name), string_at(m, "uid"),
                                "configmap " + ns + "/" + name, result);
     });

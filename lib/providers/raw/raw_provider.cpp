@@ -8,6 +8,8 @@
 #include "util/json_access.hpp"
 #include "util/time_format.hpp"
 
+#include <utility>
+
 namespace kubesandbox {
 
 namespace asio = boost::asio;
@@ -119,7 +121,32 @@ asio::awaitable<Result<CleanupResult>> RawProvider::cleanup(CleanupOptions optio
     co_return co_await raw::cleanup(state_, std::move(options));
 }
 
-asio::awaitable<Result<int>> RawProvider::ensure_warm_pool() { co_return co_await raw::fill_pool(state_); }
+asio::awaitable<Result<int>> RawProvider::ensure_warm_pool() {
+    StatePtr st = state_;
+    // One fill at a time per provider (a refill after claims may be running): two would count
+    // the same shortfall and overshoot for good.
+    {
+        std::lock_guard lock(st->mutex);
+        if (st->refilling) {
+            st->refill_again = true;  // the running refill counts again when it is done
+            co_return 0;
+        }
+        st->refilling = true;
+    }
+    struct Done {
+        StatePtr st;
+        ~Done() {
+            bool again = false;
+            {
+                std::lock_guard lock(st->mutex);
+                st->refilling = false;
+                again = std::exchange(st->refill_again, false);
+            }
+            if (again) raw::spawn_refill(st);
+        }
+    } done{st};
+    co_return co_await raw::fill_pool(st);
+}
 
 asio::awaitable<Result<PoolStatus>> RawProvider::pool_status() {
     StatePtr st = state_;
