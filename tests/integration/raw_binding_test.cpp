@@ -432,6 +432,46 @@ TEST_F(RawBindingTest, ATopUpDuringARefillDoesNotOvershoot) {
         240s);
 }
 
+// The warm pod's policy was made with it; deleted behind our back before the claim, it is back
+// before the pod is handed out.
+TEST_F(RawBindingTest, AClaimedWarmPodIsHandedOutWithItsPolicy) {
+    auto p = provider(1);
+    run(
+        [&]() -> asio::awaitable<void> {
+            co_await p->ensure_warm_pool();
+            co_await wait_pool(*p, 1);
+            ListSandboxesOptions warm;
+            warm.status = "warm";
+            auto listed = co_await p->list(warm);
+            EXPECT_TRUE(listed && listed->items.size() == 1);
+            if (!listed || listed->items.empty()) co_return;
+            const std::string pod = listed->items[0].pod_name;
+            auto kc = client();
+            ResourcePath np_path = in_default("networkpolicies", pod + "-deny-all");
+            np_path.group = "networking.k8s.io";
+            auto removed = co_await kc.remove(np_path);
+            EXPECT_TRUE(removed && removed->found);
+            GetOrCreateOptions o;
+            o.sandbox_id = "guarded";
+            auto got = co_await p->acquire(o);
+            EXPECT_TRUE(got) << got.error().describe();
+            if (got) {
+                EXPECT_EQ(got->origin, SandboxOrigin::claimed_warm);
+                EXPECT_EQ(dynamic_cast<PodExecSandbox&>(*got->sandbox).pod_name(), pod);
+            }
+            auto np = co_await kc.get(np_path);
+            auto pod_obj = co_await kc.get(in_default("pods", pod));
+            EXPECT_TRUE(np && pod_obj) << "the claimed pod runs without its policy";
+            if (np && pod_obj) {
+                EXPECT_EQ(at(*np, {"spec", "podSelector", "matchLabels", "kubesandbox.io/sandbox-id"}),
+                          at(*pod_obj, {"metadata", "labels", "kubesandbox.io/sandbox-id"}));
+            }
+            co_await sleep_for(500ms);
+            co_await delete_all(*p);
+        },
+        240s);
+}
+
 TEST_F(RawBindingTest, CleanupSweepsStaleBindingsAndClaimsNoBindingNames) {
     auto p = provider(1);
     run(

@@ -187,6 +187,26 @@ asio::awaitable<Result<bool>> own_binding(StatePtr st, ResourcePath path, json::
     co_return true;  // still naming the pod after every attempt: others keep changing it
 }
 
+// Creates (or adopts) the id's own pod under `binding` (as read) and makes the binding its
+// dependent. Nullopt when the binding went meanwhile (deleted with its sandbox, say): the pod is
+// then not the id's, and one this call made is removed.
+asio::awaitable<Result<std::optional<PodAcquisition>>> create_under(StatePtr st, Target target,
+                                                                    const GetOrCreateOptions& options, bool replaced,
+                                                                    ResourcePath bpath, json::object binding) {
+    using Made = std::optional<PodAcquisition>;
+    auto made = co_await create_at_name(st, target, options, replaced);
+    if (!made) co_return fail(made.error());
+    auto kept = co_await own_binding(st, std::move(bpath), std::move(binding), target.pod, made->uid);
+    if (!kept) co_return fail(kept.error());
+    if (*kept) co_return Made(std::move(*made));
+    if (made->origin != SandboxOrigin::adopted) {
+        const std::optional<std::string> expected = target.label;
+        auto d = co_await delete_objects(st, target.ns, target.pod, expected, false, std::string());
+        if (!d && !d.error().is(errc::not_found)) co_return fail(d.error());
+    }
+    co_return Made();
+}
+
 asio::awaitable<Result<PodAcquisition>> acquire_bound(StatePtr st, Target target, GetOrCreateOptions options) {
     const auto& cfg = st->options;
     const std::string& label = *target.label;
@@ -246,17 +266,9 @@ asio::awaitable<Result<PodAcquisition>> acquire_bound(StatePtr st, Target target
                     continue;
                 }
                 if (!create) co_return gone("its pod " + target.pod + " is still being created");
-                auto made = co_await create_at_name(st, target, options, replaced);
+                auto made = co_await create_under(st, target, options, replaced, bpath, std::move(*b));
                 if (!made) co_return fail(made.error());
-                auto kept = co_await own_binding(st, bpath, std::move(*b), target.pod, made->uid);
-                if (!kept) co_return fail(kept.error());
-                if (*kept) co_return std::move(*made);
-                // The binding went meanwhile (deleted with its sandbox, say): not the id's pod.
-                if (made->origin != SandboxOrigin::adopted) {
-                    const std::optional<std::string> expected = label;
-                    auto d = co_await delete_objects(st, target.ns, target.pod, expected, false, std::string());
-                    if (!d && !d.error().is(errc::not_found)) co_return fail(d.error());
-                }
+                if (*made) co_return std::move(**made);
                 continue;
             }
             // Bound to a claimed warm pod.
@@ -340,20 +352,14 @@ asio::awaitable<Result<PodAcquisition>> acquire_bound(StatePtr st, Target target
                 co_return PodAcquisition{make_sandbox(st, claimed->ns, pod, claimed->ns + "/" + pod),
                                          origin_or_replaced(SandboxOrigin::claimed_warm), claimed->uid};
             }
-            auto r = co_await create_at_name(st, target, options, replaced);
+            const std::string binding_uid = uid_of(*made);
+            auto r = co_await create_under(st, target, options, replaced, bpath, std::move(*made));
             if (!r) {
-                auto u = co_await unbind(st, bpath, uid_of(*made));
+                auto u = co_await unbind(st, bpath, binding_uid);
                 if (!u) cfg.logger.warning("binding of " + target.id + " not removed: " + u.error().describe());
                 co_return fail(r.error());
             }
-            auto kept = co_await own_binding(st, bpath, std::move(*made), target.pod, r->uid);
-            if (!kept) co_return fail(kept.error());
-            if (*kept) co_return std::move(*r);
-            if (r->origin != SandboxOrigin::adopted) {
-                const std::optional<std::string> expected = label;
-                auto d = co_await delete_objects(st, target.ns, target.pod, expected, false, std::string());
-                if (!d && !d.error().is(errc::not_found)) co_return fail(d.error());
-            }
+            if (*r) co_return std::move(**r);
             continue;
         }
         // Someone else bound the id first: what we claimed goes (the pool refills), theirs serves.

@@ -48,6 +48,19 @@ bool claimed_by(const json::object& pod, const std::string& token) {
     return label_of(pod, keys::pool_status) == "active" && annotation_of(pod, keys::claim_token) == token;
 }
 
+// A claimed pod is handed out only with its deny-all policy in place (made with the warm pod,
+// but deleted behind our back since, say): restored, or the pod is released and the claim fails
+// (the caller creates a sandbox instead, with a policy of its own).
+asio::awaitable<Result<std::optional<ClaimedPod>>> with_policy(StatePtr st, ClaimedPod claimed, std::string label) {
+    auto np = co_await ensure_network_policy(st, claimed.ns, claimed.name, label, claimed.uid);
+    if (np) co_return std::optional<ClaimedPod>(std::move(claimed));
+    const std::optional<std::string> expected = label;
+    auto d = co_await delete_objects(st, claimed.ns, claimed.name, expected, false, std::string());
+    if (!d && !d.error().is(errc::not_found))
+        st->options.logger.warning("claimed warm pod " + claimed.name + " not released: " + d.error().describe());
+    co_return fail(np.error());
+}
+
 }  // namespace
 
 asio::awaitable<Result<int>> fill_pool(StatePtr st) {
@@ -136,12 +149,17 @@ asio::awaitable<Result<std::optional<ClaimedPod>>> claim_warm(StatePtr st,
             path, warm_claim_patch(*idt, string_at(m, "resourceVersion"), token, now, deadline), PatchType::merge);
         if (r) {
             // The precondition guarantees we were the only claimer of that version.
-            if (claimed_by(*r, token)) co_return Claimed(ClaimedPod{ns, name, uid});
+            // (The pod named outside the co_await: g++ 12 destroys a braced temporary there twice.)
+            ClaimedPod got{ns, name, uid};
+            if (claimed_by(*r, token)) co_return co_await with_policy(st, std::move(got), idt->label);
             continue;
         }
         if (r.error().is(errc::not_found)) continue;
         auto now_pod = co_await st->client.get(path);
-        if (now_pod && claimed_by(*now_pod, token)) co_return Claimed(ClaimedPod{ns, name, uid});  // response lost
+        if (now_pod && claimed_by(*now_pod, token)) {  // response lost
+            ClaimedPod got{ns, name, uid};
+            co_return co_await with_policy(st, std::move(got), idt->label);
+        }
         if (r.error().is(errc::conflict)) continue;  // someone else got it: take the next
         co_return fail(r.error());
     }
