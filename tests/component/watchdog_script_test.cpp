@@ -1,6 +1,7 @@
 // The execute wrapper script (runtime_protocol::execute_argv) run as real processes, many at once,
 // outside any sandbox: quick commands must leave no watchdog sleep behind. A signal race here
 // showed up about once in 1,200 runs on a loaded machine, so the test runs thousands in parallel.
+#include "../support/proc_scan.hpp"
 #include "sandbox/runtime_protocol.hpp"
 
 #include <gtest/gtest.h>
@@ -53,13 +54,8 @@ std::vector<pid_t> sleepers_now(std::int64_t seconds) {
     wanted += std::to_string(seconds);
     wanted.push_back('\0');
     std::vector<pid_t> found;
-    for (auto& entry : std::filesystem::directory_iterator("/proc")) {
-        auto name = entry.path().filename().string();
-        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-        std::ifstream in(entry.path() / "cmdline", std::ios::binary);
-        std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        if (cmdline == wanted) found.push_back(std::stoi(name));
-    }
+    for (const auto& p : kubesandbox::test::processes())
+        if (p.cmdline == wanted) found.push_back(p.pid);
     return found;
 }
 

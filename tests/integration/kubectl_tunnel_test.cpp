@@ -4,6 +4,7 @@
 #include <kubesandbox/router_sandbox.hpp>
 
 #include "../support/local_cluster_fixture.hpp"
+#include "../support/proc_scan.hpp"
 #include "../support/runtime_pod.hpp"
 
 #include <gtest/gtest.h>
@@ -21,18 +22,11 @@ using namespace std::chrono_literals;
 // The pids of kubectl processes whose command line holds `needle`.
 std::vector<pid_t> kubectl_processes(const std::string& needle) {
     std::vector<pid_t> found;
-    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-        const std::string name = entry.path().filename();
-        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-        std::ifstream in(entry.path() / "cmdline", std::ios::binary);
-        std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-        std::ifstream stat(entry.path() / "stat");
-        std::string stat_line;
-        std::getline(stat, stat_line);
-        const bool zombie = stat_line.find(") Z ") != std::string::npos;
-        if (!zombie && cmdline.find("port-forward") != std::string::npos && cmdline.find(needle) != std::string::npos)
-            found.push_back(static_cast<pid_t>(std::stoi(name)));
+    for (auto& p : test::processes()) {
+        std::replace(p.cmdline.begin(), p.cmdline.end(), '\0', ' ');
+        if (!p.zombie && p.cmdline.find("port-forward") != std::string::npos &&
+            p.cmdline.find(needle) != std::string::npos)
+            found.push_back(p.pid);
     }
     return found;
 }

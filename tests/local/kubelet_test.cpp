@@ -1,6 +1,7 @@
 // The local kubelet on its own (no API server): real bubblewrap pods, real processes, exec over
 // a real loopback WebSocket, logs over a real HTTP connection. Lifecycle, exec and logs here;
 // confinement and limits in kubelet_isolation_test.cpp.
+#include "../support/proc_scan.hpp"
 #include "local/kubelet_fixture.hpp"
 #include "local/kubelet_plan.hpp"
 
@@ -260,13 +261,8 @@ TEST_F(KubeletTest, StaleEpollRegistrationsDoNotEndARunningPod) {
 
 std::vector<int> processes_mentioning(const std::string& needle) {
     std::vector<int> pids;
-    for (auto& e : fs::directory_iterator("/proc")) {
-        auto name = e.path().filename().string();
-        if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
-        std::ifstream in(e.path() / "cmdline");
-        std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        if (cmd.find(needle) != std::string::npos) pids.push_back(std::stoi(name));
-    }
+    for (const auto& p : kubesandbox::test::processes())
+        if (p.cmdline.find(needle) != std::string::npos) pids.push_back(p.pid);
     return pids;
 }
 

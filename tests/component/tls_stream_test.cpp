@@ -1,0 +1,235 @@
+// The TLS stream over a real loopback socket pair: bytes exact both ways with a read and a write
+// pending at once, gather writes, how each kind of end reads (close_notify, a bare TCP close, a
+// reset while writing), deadlines, and operations after close.
+#include "local/tls_certs.hpp"
+#include "net/any_stream.hpp"
+#include "net/tls_context.hpp"
+
+#include "../support/run_test.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include <gtest/gtest.h>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ks = kubesandbox;
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
+using ks::net::AnyStream;
+using namespace std::chrono_literals;
+using namespace asio::experimental::awaitable_operators;
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+namespace {
+
+std::string pattern(std::size_t n, unsigned seed) {
+    std::string s(n, '\0');
+    for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 131 + seed * 7 + (i >> 12)) & 0xff);
+    return s;
+}
+
+class TlsStreamTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        auto certs = ks::local::generate_serving_certs();
+        ASSERT_TRUE(certs.has_value());
+        server_ctx.use_certificate_chain(asio::buffer(certs->cert_pem));
+        server_ctx.use_private_key(asio::buffer(certs->key_pem), asio::ssl::context::pem);
+        ks::net::TlsClientSettings settings;
+        settings.ca_pem = certs->ca_pem;
+        auto ctx = ks::net::make_tls_client_context(settings);
+        ASSERT_TRUE(ctx.has_value());
+        client_ctx = *ctx;
+    }
+
+    // A handshaken client/server pair over loopback; the client verifies `verify_host`.
+    asio::awaitable<std::pair<AnyStream, AnyStream>> pair(std::string verify_host = "127.0.0.1") {
+        tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+        tcp::socket client_socket(io);
+        co_await client_socket.async_connect(acceptor.local_endpoint(), asio::use_awaitable);
+        tcp::socket server_socket = co_await acceptor.async_accept(asio::use_awaitable);
+        AnyStream client = AnyStream::tls_client(std::move(client_socket), *client_ctx, "", verify_host);
+        AnyStream server = AnyStream::tls_server(std::move(server_socket), server_ctx);
+        auto handshakes = co_await (client.async_handshake(use_tuple) && server.async_handshake(use_tuple));
+        EXPECT_FALSE(std::get<0>(handshakes)) << std::get<0>(handshakes).message();
+        co_return std::pair<AnyStream, AnyStream>{std::move(client), std::move(server)};
+    }
+
+    void run(std::function<asio::awaitable<void>()> body) { ks::test::run_coroutine_test(io, body, 30s); }
+
+    asio::io_context io;
+    asio::ssl::context server_ctx{asio::ssl::context::tls_server};
+    std::shared_ptr<asio::ssl::context> client_ctx;
+};
+
+asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
+    asio::steady_timer t(co_await asio::this_coro::executor, d);
+    co_await t.async_wait(use_tuple);
+}
+
+TEST_F(TlsStreamTest, BytesArriveExactBothWaysWhileReadAndWritePendTogether) {
+    const std::string up = pattern(6 << 20, 1), down = pattern(5 << 20, 2);
+    std::string got_up(up.size(), '\0'), got_down(down.size(), '\0');
+    std::array<error_code, 4> ec;
+    run([&]() -> asio::awaitable<void> {
+        auto [client, server] = co_await pair();
+        auto write = [](AnyStream& s, const std::string& data, error_code& out) -> asio::awaitable<void> {
+            auto [e, n] = co_await asio::async_write(s, asio::buffer(data), use_tuple);
+            out = e;
+        };
+        auto read = [](AnyStream& s, std::string& into, error_code& out) -> asio::awaitable<void> {
+            auto [e, n] = co_await asio::async_read(s, asio::buffer(into), use_tuple);
+            out = e;
+        };
+        // Each side writes and reads at once: neither write can finish unless the other side
+        // reads, so a stream that serialised reads and writes would stall (bounded by the test).
+        co_await (write(client, up, ec[0]) && read(client, got_down, ec[1]) && write(server, down, ec[2]) &&
+                  read(server, got_up, ec[3]));
+    });
+    for (const auto& e : ec) EXPECT_FALSE(e) << e.message();
+    EXPECT_TRUE(got_up == up) << "client to server bytes differ";
+    EXPECT_TRUE(got_down == down) << "server to client bytes differ";
+}
+
+TEST_F(TlsStreamTest, AGatherWriteOfManyBuffersArrivesWholeAndInOrder) {
+    std::vector<std::string> fields;
+    for (int i = 0; i < 300; ++i)
+        fields.push_back("X-Field-" + std::to_string(i) + ": " + pattern(i * 7 % 90, i) + "\r\n");
+    fields.push_back(pattern(40000, 9));  // a body larger than a record after the small pieces
+    std::string expected;
+    std::vector<asio::const_buffer> buffers;
+    for (const auto& f : fields) {
+        expected += f;
+        buffers.push_back(asio::buffer(f));
+    }
+    std::string got(expected.size(), '\0');
+    error_code wec, rec;
+    run([&]() -> asio::awaitable<void> {
+        auto [client, server] = co_await pair();
+        auto write = [&]() -> asio::awaitable<void> {
+            auto [e, n] = co_await asio::async_write(client, buffers, use_tuple);
+            wec = e;
+        };
+        auto read = [&]() -> asio::awaitable<void> {
+            auto [e, n] = co_await asio::async_read(server, asio::buffer(got), use_tuple);
+            rec = e;
+        };
+        co_await (write() && read());
+    });
+    EXPECT_FALSE(wec) << wec.message();
+    EXPECT_FALSE(rec) << rec.message();
+    EXPECT_TRUE(got == expected);
+}
+
+TEST_F(TlsStreamTest, ACloseNotifyReadsAsEofAndABareTcpCloseAsTruncated) {
+    std::string first, second;
+    error_code after_notify, after_bare;
+    run([&]() -> asio::awaitable<void> {
+        {
+            auto [client, server] = co_await pair();
+            co_await asio::async_write(server, asio::buffer(std::string("bye")), use_tuple);
+            auto [sec] = co_await server.async_shutdown(use_tuple);
+            EXPECT_FALSE(sec) << sec.message();
+            first.resize(3);
+            co_await asio::async_read(client, asio::buffer(first), use_tuple);
+            char c;
+            auto [e, n] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
+            after_notify = e;
+        }
+        {
+            auto [client, server] = co_await pair();
+            co_await asio::async_write(server, asio::buffer(std::string("cut")), use_tuple);
+            server.close();
+            second.resize(3);
+            co_await asio::async_read(client, asio::buffer(second), use_tuple);
+            char c;
+            auto [e, n] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
+            after_bare = e;
+        }
+    });
+    EXPECT_EQ(first, "bye");
+    EXPECT_EQ(after_notify, asio::error::eof) << after_notify.message();
+    EXPECT_EQ(second, "cut");
+    EXPECT_EQ(after_bare, asio::ssl::error::stream_truncated) << after_bare.message();
+}
+
+TEST_F(TlsStreamTest, APeerResetWhileWritingIsAnErrorNotASignal) {
+    error_code wec;
+    run([&]() -> asio::awaitable<void> {
+        tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+        tcp::socket client_socket(io);
+        co_await client_socket.async_connect(acceptor.local_endpoint(), asio::use_awaitable);
+        tcp::socket server_socket = co_await acceptor.async_accept(asio::use_awaitable);
+        const int server_fd = ::dup(server_socket.native_handle());  // to reset it after the handshake
+        AnyStream client = AnyStream::tls_client(std::move(client_socket), *client_ctx, "", "127.0.0.1");
+        AnyStream server = AnyStream::tls_server(std::move(server_socket), server_ctx);
+        co_await (client.async_handshake(use_tuple) && server.async_handshake(use_tuple));
+        linger hard{1, 0};
+        ::setsockopt(server_fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+        server.close();
+        ::close(server_fd);  // the last descriptor: the kernel answers with RST from now on
+        const std::string chunk = pattern(1 << 20, 3);
+        // SIGPIPE is not ignored in this process: a plain write() to the reset socket would end it.
+        for (int i = 0; i < 64 && !wec; ++i) {
+            auto [e, n] = co_await asio::async_write(client, asio::buffer(chunk), use_tuple);
+            wec = e;
+        }
+    });
+    EXPECT_TRUE(wec == asio::error::connection_reset || wec == asio::error::broken_pipe) << wec.message();
+}
+
+TEST_F(TlsStreamTest, ADeadlineEndsAPendingReadAndEveryLaterOperationFails) {
+    error_code rec, wec, later;
+    std::chrono::steady_clock::duration took{};
+    bool alive_before = false, alive_with_bytes = true;
+    run([&]() -> asio::awaitable<void> {
+        auto [client, server] = co_await pair();
+        // One exchange first: a TLS 1.3 server's session tickets follow the handshake and are
+        // read with the first reply, as on any pooled connection.
+        char c;
+        co_await asio::async_write(server, asio::buffer(std::string("?")), use_tuple);
+        co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
+        alive_before = client.idle_alive();
+        co_await asio::async_write(server, asio::buffer(std::string("!")), use_tuple);
+        co_await sleep_for(100ms);
+        alive_with_bytes = client.idle_alive();  // unread bytes on an idle connection: not reusable
+        co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
+        const auto start = std::chrono::steady_clock::now();
+        client.expires_after(200ms);
+        auto [e, n] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
+        took = std::chrono::steady_clock::now() - start;
+        rec = e;
+        auto [w, wn] = co_await client.async_write_some(asio::buffer(std::string("late")), use_tuple);
+        wec = w;
+        client.close();
+        auto [l, ln] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
+        later = l;
+    });
+    EXPECT_TRUE(alive_before);
+    EXPECT_FALSE(alive_with_bytes);
+    EXPECT_TRUE(rec) << "the read outlived its deadline";
+    EXPECT_GE(took, 150ms);
+    EXPECT_LT(took, 5s);
+    EXPECT_TRUE(wec);
+    EXPECT_TRUE(later);
+}
+
+}  // namespace
