@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <sstream>
 
 extern char** environ;
 
@@ -173,6 +174,19 @@ TEST_F(KubeletTest, ExecSharesThePodsProcesses) {
     EXPECT_NE(ps.out.find("sleep infinity"), std::string::npos) << ps.out;
     auto files = exec(pod, {"sh", "-c", "echo hi > /workspace/f; cat /workspace/f"});
     EXPECT_EQ(files.out, "hi\n");
+}
+
+TEST_F(KubeletTest, ExecLeadsASessionOfItsOwn) {
+    // As under runc: the command leads its own session and process group, so a client's
+    // launcher needs no setsid and a timeout can kill the group whole.
+    auto pod = running_pod("exec6");
+    auto r = exec(pod, {"sh", "-c", "read -r _ _ _ _ pg sid _ < /proc/$$/stat; echo $$ $pg $sid"});
+    std::istringstream in(r.out);
+    long pid = 0, pg = -1, sid = -1;
+    in >> pid >> pg >> sid;
+    EXPECT_GT(pid, 1) << r.out;
+    EXPECT_EQ(pg, pid) << r.out;
+    EXPECT_EQ(sid, pid) << r.out;
 }
 
 TEST_F(KubeletTest, ExecStreamsLargeOutputExactly) {

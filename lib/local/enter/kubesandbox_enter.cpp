@@ -216,6 +216,10 @@ void install_seccomp() {
     // command must stay until the client's kill finds it and its descendants by its marker;
     // the pod's pid namespace and cgroup still take it with the pod.
     if (::chdir(o.cwd) != 0) die(126, "cannot enter the working directory", o.cwd);
+    // A session of its own, as runc gives every process it starts in a container: nothing in
+    // the pod shares the kubelet's session, and the command leads a process group a timeout can
+    // kill whole (a client's launcher then needs no setsid program of its own).
+    if (::setsid() < 0) die(126, "cannot start a session");
     ::execvp(o.command[0], o.command);
     die(errno == ENOENT ? 127 : 126, "cannot execute", o.command[0]);
 }
