@@ -21,18 +21,25 @@ inline bool socket_idle_alive(boost::asio::ip::tcp::socket& socket) {
     return ::poll(&pfd, 1, 0) == 0;
 }
 
-// Socket-level deadline: when it fires the socket is closed, so every pending operation
-// completes with an error (the beast::tcp_stream idea).
+// Socket-level deadline: when it fires, `expire` ends the connection (closes the socket, or
+// shuts it down), so every pending operation completes with an error (the beast::tcp_stream
+// idea).
 class Deadline {
 public:
     explicit Deadline(const boost::asio::any_io_executor& ex) : timer_(ex) {}
-    void arm(std::chrono::steady_clock::duration d, boost::asio::ip::tcp::socket& socket) {
+    template <class Expire>
+    void arm(std::chrono::steady_clock::duration d, Expire expire) {
         timer_.expires_after(d);
-        // A wait that already fired but has not run yet must not close a re-armed or destroyed
+        // A wait that already fired but has not run yet must not end a re-armed or destroyed
         // stream: it checks that its generation is still current and the owner still alive.
-        timer_.async_wait([&socket, alive = std::weak_ptr<int>(alive_), gen = ++generation_,
-                           current = &generation_](boost::system::error_code ec) {
+        timer_.async_wait([expire = std::move(expire), alive = std::weak_ptr<int>(alive_), gen = ++generation_,
+                           current = &generation_](boost::system::error_code ec) mutable {
             if (ec || alive.expired() || gen != *current) return;
+            expire();
+        });
+    }
+    void arm(std::chrono::steady_clock::duration d, boost::asio::ip::tcp::socket& socket) {
+        arm(d, [&socket] {
             boost::system::error_code ignored;
             socket.close(ignored);
         });

@@ -16,6 +16,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 namespace kubesandbox::net {
 
@@ -23,25 +24,36 @@ namespace {
 
 using tcp = asio::ip::tcp;
 
-// The BIO looks the descriptor up at every call, so a socket closed meanwhile (a deadline, a
-// cancel) reads as EBADF and never as a descriptor number reused by someone else. send() with
-// MSG_NOSIGNAL: a peer's reset is an error, not a SIGPIPE for the whole process.
-int descriptor(BIO* bio) { return static_cast<tcp::socket*>(BIO_get_data(bio))->native_handle(); }
+// What the BIO works on: the socket (its descriptor looked up at every call) and the errno of
+// its last failed call, kept here because OpenSSL may change errno before we look.
+struct BioState {
+    tcp::socket* socket;
+    int last_errno{0};
+};
 
+BioState& state_of(BIO* bio) { return *static_cast<BioState*>(BIO_get_data(bio)); }
+
+// The descriptor is only ever closed on the stream's own strand, between SSL calls, so it is
+// never one reused by someone else here; a closed socket reads as EBADF. send() with
+// MSG_NOSIGNAL: a peer's reset is an error, not a SIGPIPE for the whole process.
 int bio_write(BIO* bio, const char* data, int len) {
+    BioState& st = state_of(bio);
     BIO_clear_retry_flags(bio);
     ssize_t n;
-    do n = ::send(descriptor(bio), data, static_cast<std::size_t>(len), MSG_NOSIGNAL);
+    do n = ::send(st.socket->native_handle(), data, static_cast<std::size_t>(len), MSG_NOSIGNAL);
     while (n < 0 && errno == EINTR);
+    st.last_errno = n < 0 ? errno : 0;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) BIO_set_retry_write(bio);
     return static_cast<int>(n);
 }
 
 int bio_read(BIO* bio, char* data, int len) {
+    BioState& st = state_of(bio);
     BIO_clear_retry_flags(bio);
     ssize_t n;
-    do n = ::recv(descriptor(bio), data, static_cast<std::size_t>(len), 0);
+    do n = ::recv(st.socket->native_handle(), data, static_cast<std::size_t>(len), 0);
     while (n < 0 && errno == EINTR);
+    st.last_errno = n < 0 ? errno : 0;
     if (n == 0) BIO_set_flags(bio, BIO_FLAGS_IN_EOF);  // OpenSSL tells a TCP EOF from an error by it
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) BIO_set_retry_read(bio);
     return static_cast<int>(n);
@@ -118,10 +130,14 @@ Step classify(SSL* ssl, int ret, int saved_errno) {
 class TlsImpl;
 
 // One operation: call `attempt` until it is done, waiting for the socket in between. Never
-// completes inside the initiating call (a result available at once is posted).
-template <class Attempt, bool WithSize>
+// completes inside the initiating call (a result available at once is posted). Holds the
+// stream weakly: an operation that outlives its stream completes with operation_aborted.
+// `breaks_on_abort`: a write or handshake cut short between SSL calls leaves OpenSSL holding
+// half a record or half a handshake, so nothing more may go through that connection.
+template <class Attempt, bool WithSize, bool breaks_on_abort>
 struct TlsOp {
     TlsImpl* impl;
+    std::weak_ptr<int> alive;
     Attempt attempt;
     Step last{Step::want_read};
     bool started{false};
@@ -140,19 +156,21 @@ class TlsImpl final : public AnyStream::Impl {
 public:
     TlsImpl(tcp::socket s, SSL_CTX* ctx, bool client)
         : socket_(std::move(s)), ssl_(SSL_new(ctx)), deadline_(socket_.get_executor()) {
-        error_code ignored;
-        socket_.native_non_blocking(true, ignored);
+        error_code nb;
+        socket_.native_non_blocking(true, nb);
         BIO_METHOD* method = socket_bio_method();
-        BIO* bio = (ssl_ && method) ? BIO_new(method) : nullptr;
+        BIO* bio = (ssl_ && method && !nb) ? BIO_new(method) : nullptr;
         if (!bio) {
             ssl_.reset();
-            broken_ = asio::error::no_memory;
+            broken_ = nb ? nb : asio::error::no_memory;
             return;
         }
-        BIO_set_data(bio, &socket_);
+        BIO_set_data(bio, &bio_state_);
         SSL_set_bio(ssl_.get(), bio, bio);
         SSL_set_mode(ssl_.get(),
                      SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+        // A renegotiation arriving while a record of ours is half sent would fail our next write.
+        SSL_set_options(ssl_.get(), SSL_OP_NO_RENEGOTIATION);
         SSL_set_read_ahead(ssl_.get(), 1);  // a record per recv, not a header and then its body
         if (client) SSL_set_connect_state(ssl_.get());
         else SSL_set_accept_state(ssl_.get());
@@ -162,6 +180,7 @@ public:
     // A name that cannot be set fails the handshake rather than connecting unchecked.
     void configure_client(const TlsClientIdentity& id) {
         if (!ssl_) return;
+        ERR_clear_error();
         bool set = id.sni_host.empty() || SSL_set_tlsext_host_name(ssl_.get(), id.sni_host.c_str()) == 1;
         if (set && !id.verify_host.empty()) {
             error_code not_ip;
@@ -172,6 +191,7 @@ public:
         if (!set) {
             broken_ = error_code(static_cast<int>(ERR_get_error()), asio::error::get_ssl_category());
             if (!broken_) broken_ = asio::ssl::error::unexpected_result;
+            ERR_clear_error();
             return;
         }
         if (!id.session_key.empty()) resume_session(ssl_.get(), id.session_key);
@@ -180,7 +200,7 @@ public:
     asio::any_io_executor executor() override { return socket_.get_executor(); }
 
     void read_some(asio::mutable_buffer b, IoHandler h) override {
-        start<true>(std::move(h), [b](TlsImpl& t) -> Step {
+        start<true, false>(std::move(h), [b](TlsImpl& t) -> Step {
             if (b.size() == 0) return {};
             return t.call([&](std::size_t& n) { return SSL_read_ex(t.ssl_.get(), b.data(), b.size(), &n); });
         });
@@ -209,84 +229,136 @@ public:
             }
             span.data = span.owned.get();
         }
-        start<true>(std::move(h), [span = std::move(span)](TlsImpl& t) -> Step {
+        start<true, true>(std::move(h), [span = std::move(span)](TlsImpl& t) -> Step {
             if (span.size == 0) return {};
             return t.call([&](std::size_t& n) { return SSL_write_ex(t.ssl_.get(), span.data, span.size, &n); });
         });
     }
 
     void handshake(DoneHandler h) override {
-        start<false>(std::move(h), [](TlsImpl& t) -> Step {
+        start<false, true>(std::move(h), [](TlsImpl& t) -> Step {
             return t.call([&](std::size_t&) { return SSL_do_handshake(t.ssl_.get()); });
         });
     }
 
-    // Sends close_notify and shuts the TCP send side; the peer's close_notify is not awaited (a
-    // peer that never sends one would hold the caller until its deadline).
+    // close_notify, then FIN, then what the peer still sends is read and dropped until its
+    // close_notify or EOF (at most `linger_bytes`). Closing with unread bytes would make the
+    // kernel answer with a reset, and a reset can destroy what we sent last before the peer
+    // has read it (the end of a response, an exit status).
     void shutdown(DoneHandler h) override {
-        start<false>(std::move(h), [](TlsImpl& t) -> Step {
-            Step step;
-            if (SSL_is_init_finished(t.ssl_.get())) {
-                step = t.call([&](std::size_t&) { return SSL_shutdown(t.ssl_.get()) >= 0 ? 1 : -1; });
-                if (step.want == Step::want_read) step = {};
+        struct Linger {
+            bool sent{false};
+            std::size_t drained{0};
+        };
+        start<false, true>(std::move(h), [linger = Linger{}](TlsImpl& t) mutable -> Step {
+            if (!SSL_is_init_finished(t.ssl_.get())) {
+                t.shutdown_send();
+                return {};
             }
-            if (step.want == Step::done) {
-                error_code ignored;
-                t.socket_.shutdown(tcp::socket::shutdown_send, ignored);
+            if (!linger.sent) {
+                int state = 0;
+                Step step = t.call([&](std::size_t&) {
+                    state = SSL_shutdown(t.ssl_.get());
+                    return state >= 0 ? 1 : -1;
+                });
+                if (step.want == Step::want_read) step = {};  // sent; the peer's comes below
+                if (step.want != Step::done) return step;
+                t.shutdown_send();
+                if (step.ec || state == 1) return step;  // failed, or the peer's already came
+                linger.sent = true;
             }
-            return step;
+            for (;;) {
+                char scratch[4096];
+                Step step =
+                    t.call([&](std::size_t& n) { return SSL_read_ex(t.ssl_.get(), scratch, sizeof scratch, &n); });
+                if (step.want != Step::done) return step;
+                if (step.ec == asio::error::eof || step.ec == asio::ssl::error::stream_truncated) return {};
+                if (step.ec) return step;
+                linger.drained += step.n;
+                if (linger.drained > linger_bytes) return {};
+            }
         });
     }
 
     void close() noexcept override {
-        error_code ec;
-        socket_.close(ec);
+        {
+            std::lock_guard<std::mutex> lock(descriptor_mutex_);
+            error_code ec;
+            socket_.close(ec);
+        }
         deadline_.disarm();
     }
-    void expires_after(std::chrono::steady_clock::duration d) override { deadline_.arm(d, socket_); }
+    // The deadline's timer may fire on another thread than the stream's strand (the socket's
+    // executor is the client's, not the strand): it only shuts the socket down, which fails
+    // every pending and later call but keeps the descriptor, so an SSL call in progress never
+    // lands on a number reused meanwhile. The owner closes it.
+    void expires_after(std::chrono::steady_clock::duration d) override {
+        deadline_.arm(d, [this] {
+            std::lock_guard<std::mutex> lock(descriptor_mutex_);
+            expired_ = true;
+            if (socket_.is_open()) ::shutdown(socket_.native_handle(), SHUT_RDWR);
+        });
+    }
     void expires_never() override { deadline_.disarm(); }
     bool idle_alive() override { return socket_idle_alive(socket_) && !(ssl_ && SSL_has_pending(ssl_.get())); }
     bool is_tls() const noexcept override { return true; }
 
 private:
-    template <class Attempt, bool WithSize>
+    template <class Attempt, bool WithSize, bool breaks_on_abort>
     friend struct TlsOp;
 
     static constexpr std::size_t record_size = 16 * 1024;
+    static constexpr std::size_t linger_bytes = 1024 * 1024;
 
     struct SslFree {
         void operator()(SSL* s) const noexcept { SSL_free(s); }
     };
 
-    // One SSL call with the thread's error queue cleared first and errno kept for classify.
+    void shutdown_send() {
+        error_code ignored;
+        socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    }
+
+    // One SSL call with the thread's error queue cleared before and after, and the BIO's errno.
     template <class Call>
     Step call(Call&& c) {
         ERR_clear_error();
+        bio_state_.last_errno = 0;
         std::size_t n = 0;
-        errno = 0;
         const int ret = c(n);
-        const int saved_errno = errno;
         if (ret > 0) return {Step::done, {}, n};
-        return classify(ssl_.get(), ret, saved_errno);
+        Step step = classify(ssl_.get(), ret, bio_state_.last_errno);
+        ERR_clear_error();
+        return step;
     }
 
-    template <bool WithSize, class Handler, class Attempt>
+    template <bool WithSize, bool breaks_on_abort, class Handler, class Attempt>
     void start(Handler h, Attempt attempt) {
         using Signature = std::conditional_t<WithSize, void(error_code, std::size_t), void(error_code)>;
-        asio::async_compose<Handler, Signature>(TlsOp<Attempt, WithSize>{this, std::move(attempt)}, h, socket_);
+        asio::async_compose<Handler, Signature>(
+            TlsOp<Attempt, WithSize, breaks_on_abort>{this, alive_, std::move(attempt)}, h, socket_);
     }
 
     tcp::socket socket_;
+    BioState bio_state_{&socket_};
     std::unique_ptr<SSL, SslFree> ssl_;
-    error_code broken_{};  // set up failed: every operation fails with this
+    error_code broken_{};          // set up failed, or a write was cut short: every operation fails with this
+    std::mutex descriptor_mutex_;  // the deadline's shutdown against the owner's close
+    bool expired_{false};          // written under descriptor_mutex_; read on the strand after a wake-up
+    std::shared_ptr<int> alive_ = std::make_shared<int>(0);
     Deadline deadline_;
 };
 
-template <class Attempt, bool WithSize>
+template <class Attempt, bool WithSize, bool breaks_on_abort>
 template <class Self>
-void TlsOp<Attempt, WithSize>::operator()(Self& self, error_code wait_ec) {
+void TlsOp<Attempt, WithSize, breaks_on_abort>::operator()(Self& self, error_code wait_ec) {
     if (started && last.want == Step::done) return finish(self);  // the posted result
+    if (started && alive.expired()) {
+        last = {Step::done, asio::error::operation_aborted};
+        return finish(self);
+    }
     if (started && wait_ec) {
+        if (breaks_on_abort && !impl->broken_) impl->broken_ = wait_ec;
         last = {Step::done, wait_ec};
         return finish(self);
     }
@@ -295,6 +367,10 @@ void TlsOp<Attempt, WithSize>::operator()(Self& self, error_code wait_ec) {
     if (impl->broken_) last = {Step::done, impl->broken_};
     else if (!impl->socket_.is_open()) last = {Step::done, asio::error::bad_descriptor};
     else last = attempt(*impl);
+    if (last.want == Step::done && last.ec) {
+        std::lock_guard<std::mutex> lock(impl->descriptor_mutex_);
+        if (impl->expired_) last.ec = asio::error::operation_aborted;  // as a closed socket gave them
+    }
     switch (last.want) {
         case Step::want_read:
             return impl->socket_.async_wait(tcp::socket::wait_read, std::move(self));

@@ -69,8 +69,23 @@ protected:
         AnyStream client = AnyStream::tls_client(std::move(client_socket), *client_ctx, "", verify_host);
         AnyStream server = AnyStream::tls_server(std::move(server_socket), server_ctx);
         auto handshakes = co_await (client.async_handshake(use_tuple) && server.async_handshake(use_tuple));
-        EXPECT_FALSE(std::get<0>(handshakes)) << std::get<0>(handshakes).message();
+        const error_code client_ec = std::get<0>(handshakes), server_ec = std::get<0>(std::get<1>(handshakes));
+        EXPECT_FALSE(client_ec) << client_ec.message();
+        EXPECT_FALSE(server_ec) << server_ec.message();
         co_return std::pair<AnyStream, AnyStream>{std::move(client), std::move(server)};
+    }
+
+    // The client's handshake result against a server whose certificate names 127.0.0.1, ::1
+    // and localhost, verifying `verify_host`.
+    asio::awaitable<error_code> handshake_verifying(std::string verify_host) {
+        tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+        tcp::socket client_socket(io);
+        co_await client_socket.async_connect(acceptor.local_endpoint(), asio::use_awaitable);
+        tcp::socket server_socket = co_await acceptor.async_accept(asio::use_awaitable);
+        AnyStream client = AnyStream::tls_client(std::move(client_socket), *client_ctx, "", verify_host);
+        AnyStream server = AnyStream::tls_server(std::move(server_socket), server_ctx);
+        auto handshakes = co_await (client.async_handshake(use_tuple) && server.async_handshake(use_tuple));
+        co_return std::get<0>(handshakes);
     }
 
     void run(std::function<asio::awaitable<void>()> body) { ks::test::run_coroutine_test(io, body, 30s); }
@@ -141,18 +156,26 @@ TEST_F(TlsStreamTest, AGatherWriteOfManyBuffersArrivesWholeAndInOrder) {
 
 TEST_F(TlsStreamTest, ACloseNotifyReadsAsEofAndABareTcpCloseAsTruncated) {
     std::string first, second;
-    error_code after_notify, after_bare;
+    error_code after_notify, after_bare, shutdown_ec, client_shutdown_ec;
     run([&]() -> asio::awaitable<void> {
         {
             auto [client, server] = co_await pair();
             co_await asio::async_write(server, asio::buffer(std::string("bye")), use_tuple);
-            auto [sec] = co_await server.async_shutdown(use_tuple);
-            EXPECT_FALSE(sec) << sec.message();
-            first.resize(3);
-            co_await asio::async_read(client, asio::buffer(first), use_tuple);
-            char c;
-            auto [e, n] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
-            after_notify = e;
+            // The server's shutdown waits for the client's end, so the two run together.
+            auto close_server = [&]() -> asio::awaitable<void> {
+                auto [sec] = co_await server.async_shutdown(use_tuple);
+                shutdown_ec = sec;
+            };
+            auto read_to_end = [&]() -> asio::awaitable<void> {
+                first.resize(3);
+                co_await asio::async_read(client, asio::buffer(first), use_tuple);
+                char c;
+                auto [e, n] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
+                after_notify = e;
+                auto [cec] = co_await client.async_shutdown(use_tuple);
+                client_shutdown_ec = cec;
+            };
+            co_await (close_server() && read_to_end());
         }
         {
             auto [client, server] = co_await pair();
@@ -167,6 +190,8 @@ TEST_F(TlsStreamTest, ACloseNotifyReadsAsEofAndABareTcpCloseAsTruncated) {
     });
     EXPECT_EQ(first, "bye");
     EXPECT_EQ(after_notify, asio::error::eof) << after_notify.message();
+    EXPECT_FALSE(shutdown_ec) << shutdown_ec.message();                // ended by the client's close_notify
+    EXPECT_FALSE(client_shutdown_ec) << client_shutdown_ec.message();  // the server's came first
     EXPECT_EQ(second, "cut");
     EXPECT_EQ(after_bare, asio::ssl::error::stream_truncated) << after_bare.message();
 }
@@ -229,6 +254,75 @@ TEST_F(TlsStreamTest, ADeadlineEndsAPendingReadAndEveryLaterOperationFails) {
     EXPECT_GE(took, 150ms);
     EXPECT_LT(took, 5s);
     EXPECT_TRUE(wec);
+    EXPECT_TRUE(later);
+}
+
+TEST_F(TlsStreamTest, TheServerNameOrAddressIsVerified) {
+    error_code by_name, by_ip, wrong_name, wrong_ip;
+    run([&]() -> asio::awaitable<void> {
+        by_name = co_await handshake_verifying("localhost");
+        by_ip = co_await handshake_verifying("127.0.0.1");
+        wrong_name = co_await handshake_verifying("api.not-in-the-cert.example");
+        wrong_ip = co_await handshake_verifying("10.9.8.7");
+    });
+    EXPECT_FALSE(by_name) << by_name.message();
+    EXPECT_FALSE(by_ip) << by_ip.message();
+    EXPECT_EQ(&wrong_name.category(), &asio::error::get_ssl_category()) << wrong_name.message();
+    EXPECT_NE(wrong_name.message().find("certificate verify failed"), std::string::npos) << wrong_name.message();
+    EXPECT_EQ(&wrong_ip.category(), &asio::error::get_ssl_category()) << wrong_ip.message();
+}
+
+TEST_F(TlsStreamTest, ClosingRightAfterShutdownLosesNothingThePeerHasNotReadYet) {
+    // The server answers 4 MiB and closes while bytes it never read sit in its socket. A close
+    // with unread bytes makes the kernel send a reset, which can destroy the end of the answer
+    // before the slow client reads it; the shutdown reads them first.
+    const std::string answer = pattern(4 << 20, 5);
+    std::string got(answer.size(), '\0');
+    error_code rec, after;
+    run([&]() -> asio::awaitable<void> {
+        auto [client, server] = co_await pair();
+        const std::string unread = pattern(64 << 10, 6);
+        co_await asio::async_write(client, asio::buffer(unread), use_tuple);
+        auto serve = [&]() -> asio::awaitable<void> {
+            co_await asio::async_write(server, asio::buffer(answer), use_tuple);
+            server.expires_after(20s);
+            co_await server.async_shutdown(use_tuple);
+            server.close();
+        };
+        auto slow_read = [&]() -> asio::awaitable<void> {
+            co_await sleep_for(300ms);
+            auto [e, n] = co_await asio::async_read(client, asio::buffer(got), use_tuple);
+            rec = e;
+            char c;
+            auto [e2, n2] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
+            after = e2;
+            client.close();
+        };
+        co_await (serve() && slow_read());
+    });
+    EXPECT_FALSE(rec) << rec.message();
+    EXPECT_TRUE(got == answer) << "the answer arrived damaged or cut";
+    EXPECT_EQ(after, asio::error::eof) << after.message();
+}
+
+TEST_F(TlsStreamTest, ADeadlineEndsAWriteThePeerNeverReads) {
+    error_code wec, later;
+    std::chrono::steady_clock::duration took{};
+    run([&]() -> asio::awaitable<void> {
+        auto [client, server] = co_await pair();
+        const std::string lots = pattern(64 << 20, 7);  // far more than the socket buffers hold
+        const auto start = std::chrono::steady_clock::now();
+        client.expires_after(300ms);
+        auto [e, n] = co_await asio::async_write(client, asio::buffer(lots), use_tuple);
+        took = std::chrono::steady_clock::now() - start;
+        wec = e;
+        // Whatever OpenSSL held of the cut write must never go out as the start of another.
+        auto [l, ln] = co_await client.async_write_some(asio::buffer(std::string("next")), use_tuple);
+        later = l;
+    });
+    EXPECT_TRUE(wec) << "the write outlived its deadline";
+    EXPECT_GE(took, 250ms);
+    EXPECT_LT(took, 10s);
     EXPECT_TRUE(later);
 }
 
