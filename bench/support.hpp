@@ -167,6 +167,7 @@ void scenario_tunnels(boost::asio::io_context& io, LocalCluster& cluster, const 
 void scenario_server(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz,
                      const std::string& server_program);
 void scenario_reaper(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
+void scenario_transfer(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
 int exec_client_main(int argc, char** argv);
 
 }  // namespace kubesandbox::bench

@@ -5,6 +5,7 @@
 #include "proto/channel_protocol.hpp"
 #include "proto/exec_status.hpp"
 #include "proto/status.hpp"
+#include "util/large_string.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -16,6 +17,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/websocket.hpp>
+
+#include <array>
 
 namespace kubesandbox::kube {
 
@@ -57,7 +60,7 @@ void add_capped(std::string& sink, std::string_view data, std::size_t cap, bool&
         truncated = true;
         data = data.substr(0, room);
     }
-    sink.append(data);
+    util::append_large(sink, data);
 }
 
 struct Session {
@@ -156,8 +159,11 @@ asio::awaitable<std::optional<Error>> write_stdin(WebSocket& ws, const std::stri
     std::size_t pos = 0;
     while (pos < data.size() && !finished) {
         const std::size_t n = std::min(max_stdin_message, data.size() - pos);
-        std::string msg = proto::encode_channel_frame(0, std::string_view(data).substr(pos, n));
-        auto [ec, written] = co_await ws.async_write(asio::buffer(msg), use_tuple);
+        // The channel byte and the payload as two buffers: the input is not copied once more.
+        static constexpr char stdin_channel = 0;
+        const std::array<asio::const_buffer, 2> msg{asio::buffer(&stdin_channel, 1),
+                                                    asio::buffer(data.data() + pos, n)};
+        auto [ec, written] = co_await ws.async_write(msg, use_tuple);
         // The command may exit without reading its input: the reader reports the outcome.
         if (ec) co_return std::nullopt;
         pos += n;
