@@ -48,11 +48,11 @@ public:
         auto slot = co_await pool_.acquire(deadline);
         if (!slot)
             co_return fail(errc::timeout, "no free connection to the router " + settings_.description + " in time");
-        const std::string what = request.method + " " + settings_.description + request.target;
+        auto what = [&] { return request.method + " " + settings_.description + request.target; };
         // Past the deadline the stream closes itself, so any failure then is a timeout.
         auto transport_error = [&](const boost::system::error_code& ec, const std::string& when) {
-            if (steady_clock::now() >= deadline) return make_error(errc::timeout, what + ": timed out");
-            return make_error(errc::connection_closed, what + when + ": " + ec.message());
+            if (steady_clock::now() >= deadline) return make_error(errc::timeout, what() + ": timed out");
+            return make_error(errc::connection_closed, what() + when + ": " + ec.message());
         };
 
         for (int attempt = 0;; ++attempt) {
@@ -79,7 +79,7 @@ public:
                 conn.stream = std::move(*connected);
             }
             auto left = deadline - steady_clock::now();
-            if (left <= steady_clock::duration::zero()) co_return fail(errc::timeout, what + ": timed out");
+            if (left <= steady_clock::duration::zero()) co_return fail(errc::timeout, what() + ": timed out");
             conn.stream.expires_after(left);
             // Head and body in one gather write: one syscall, and one segment when they fit.
             const std::array<asio::const_buffer, 2> out{asio::buffer(head), asio::buffer(request.body)};
@@ -94,9 +94,9 @@ public:
             if (!received) {
                 conn.stream.close();
                 if (received.error().kind == Received::refused)
-                    co_return fail(errc::cancelled, what + ": response refused by the reader");
+                    co_return fail(errc::cancelled, what() + ": response refused by the reader");
                 if (received.error().kind == Received::garbled)
-                    co_return fail(errc::invalid_response, what + ": the router's response is not valid HTTP");
+                    co_return fail(errc::invalid_response, what() + ": the router's response is not valid HTTP");
                 // Nothing came back on a reused connection: stale, unless the request was unsafe to repeat.
                 if (received.error().kind == Received::nothing && reused && attempt == 0 && request.replay_safe &&
                     steady_clock::now() < deadline)

@@ -125,8 +125,8 @@ struct RouterSandbox::Internals {
         return h;
     }
 
-    // One POST /execute of argv; never replayed.
-    static asio::awaitable<Result<RunOutcome>> run(RouterSandbox& self, std::vector<std::string> argv,
+    // One POST /execute with this body; never replayed.
+    static asio::awaitable<Result<RunOutcome>> run(RouterSandbox& self, std::string body,
                                                    steady_clock::time_point deadline,
                                                    std::optional<std::int64_t> router_timeout, std::size_t cap) {
         RouterRequest request;
@@ -134,18 +134,18 @@ struct RouterSandbox::Internals {
         request.target = "/execute";
         request.headers = headers(self, router_timeout);
         request.headers.emplace_back("Content-Type", "application/json");
-        request.body = rp::execute_body(argv);
+        request.body = std::move(body);
         ExecuteSink sink(cap);
-        const std::string what = "execute in " + self.id_ + " via " + self.connection_->describe();
+        auto what = [&self] { return "execute in " + self.id_ + " via " + self.connection_->describe(); };
         auto status = co_await self.connection_->impl().send(std::move(request), deadline, sink);
         if (!status) {
             Error e = status.error();
-            if (sink.malformed) e = make_error(errc::invalid_response, what + ": malformed /execute response");
+            if (sink.malformed) e = make_error(errc::invalid_response, what() + ": malformed /execute response");
             co_return fail(std::move(e));
         }
-        if (*status != 200) co_return fail(status_error(*status, sink.error_body, what));
+        if (*status != 200) co_return fail(status_error(*status, sink.error_body, what()));
         if (!sink.reader.finish() || !sink.reader.exit_code())
-            co_return fail(errc::invalid_response, what + ": malformed /execute response");
+            co_return fail(errc::invalid_response, what() + ": malformed /execute response");
         RunOutcome out;
         out.stdout_text = sink.reader.stdout_text();
         out.stderr_text = sink.reader.stderr_text();
@@ -188,7 +188,8 @@ struct RouterSandbox::Internals {
         bool first = true;
         do {
             std::string_view piece = std::string_view(data).substr(offset, rp::upload_piece_bytes);
-            auto ran = co_await run(self, rp::upload_piece_argv(path, piece, first), deadline, std::nullopt, 4096);
+            auto ran = co_await run(self, rp::execute_body(rp::upload_piece_argv(path, piece, first)), deadline,
+                                    std::nullopt, 4096);
             if (!ran) co_return fail(ran.error());
             if (auto failure = rp::runtime_failure(ran->stderr_text, ran->exit_code); !failure.empty()) {
                 r.error = "transfer failed: " + failure;
@@ -231,8 +232,8 @@ struct RouterSandbox::Internals {
             }
             // 404 (missing or a directory), 403 (a symlink out of the base): the command tells.
         }
-        auto ran =
-            co_await run(self, rp::download_argv(path, max), deadline, std::nullopt, max / 3 * 4 + max / 32 + 64);
+        auto ran = co_await run(self, rp::execute_body(rp::download_argv(path, max)), deadline, std::nullopt,
+                                max / 3 * 4 + max / 32 + 64);
         if (!ran) co_return fail(ran.error());
         if (auto failure = rp::runtime_failure(ran->stderr_text, ran->exit_code); !failure.empty()) {
             r.error = "transfer failed: " + failure;
@@ -277,8 +278,8 @@ asio::awaitable<Result<ExecuteResponse>> RouterSandbox::execute(std::string comm
     // Output travels base64-encoded: the cap applies to the encoded text (4/3, plus line breaks).
     const std::size_t cap = options_.max_output_bytes;
     const std::size_t encoded_cap = cap / 3 * 4 + cap / 57 + 256;
-    auto ran =
-        co_await Internals::run(*this, rp::execute_argv(command, marker, limit), deadline, router_timeout, encoded_cap);
+    auto ran = co_await Internals::run(*this, rp::execute_command_body(command, marker, limit), deadline,
+                                       router_timeout, encoded_cap);
     if (!ran) co_return fail(ran.error());
     if (options_.on_activity) options_.on_activity();
     if (auto failure = rp::runtime_failure(ran->stderr_text, ran->exit_code); !failure.empty()) {

@@ -85,6 +85,28 @@ std::vector<std::string> execute_argv(std::string_view command, std::string_view
         "sh", "-c", watchdog_script, "sh", std::string(marker), std::to_string(timeout_seconds), std::string(command)};
 }
 
+std::string execute_command_body(std::string_view command, std::string_view marker, std::int64_t timeout_seconds) {
+    if (!files::valid_utf8(command) || !files::valid_utf8(marker))
+        return execute_body(execute_argv(command, marker, timeout_seconds));
+    // Quoting and escaping are per character, so the wrapper's part of the line (the same for
+    // every command, ~1 KB) is done once; each call quotes and escapes only its own arguments.
+    static const std::string head = [] {
+        std::string escaped = json::serialize(json::string_view(join_quoted({"sh", "-c", watchdog_script, "sh"})));
+        escaped.pop_back();  // the closing quote: the line goes on
+        return "{\"command\":" + escaped + " ";
+    }();
+    std::string tail = files::shell_quote(marker);
+    tail += ' ';
+    tail += files::shell_quote(std::to_string(timeout_seconds));
+    tail += ' ';
+    tail += files::shell_quote(command);
+    const std::string escaped = json::serialize(json::string_view(tail));
+    std::string body;
+    body.reserve(head.size() + escaped.size() + 1);
+    body.append(head).append(escaped, 1).append("}");  // the tail's opening quote dropped
+    return body;
+}
+
 // A boost::json::basic_parser handler that keeps the top-level "stdout"/"stderr" strings (capped)
 // and "exit_code".
 struct ExecuteHandler {

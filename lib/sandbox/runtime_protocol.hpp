@@ -28,6 +28,10 @@ std::string execute_body(const std::vector<std::string>& argv);
 // command in a process group of its own). decode_run() reads the result.
 std::vector<std::string> execute_argv(std::string_view command, std::string_view marker, std::int64_t timeout_seconds);
 
+// execute_body(execute_argv(command, marker, timeout_seconds)), byte for byte, with the
+// wrapper's share of the work done once per process.
+std::string execute_command_body(std::string_view command, std::string_view marker, std::int64_t timeout_seconds);
+
 // Reads a /execute response body {"stdout","stderr","exit_code"} as it arrives, keeping at most
 // `cap` bytes of each stream; the rest is counted, not stored.
 class ExecuteResponseReader {

@@ -22,6 +22,35 @@ TEST(RuntimeProtocol, ExecuteBodyQuotesForShlexAndFallsBackToBase64) {
     EXPECT_NE(command.find(" | base64 -d)\"'"), std::string::npos);
 }
 
+TEST(RuntimeProtocol, ExecuteCommandBodyIsTheWrappedArgvsBodyByteForByte) {
+    const std::vector<std::string> commands = {"true",
+                                               "",
+                                               "echo 'a' \"$b\" \\ `x`",
+                                               "printf 'x\\ny'\n\tz\r",
+                                               "a\x01\x1f\x7f b",
+                                               "é ü 漢字 🙂",
+                                               "'''",
+                                               "\"\"\"",
+                                               "$(rm -rf /) ; $HOME",
+                                               "bad \xff utf-8",
+                                               "\xc3",
+                                               std::string(5000, '\'')};
+    for (const auto& command : commands) {
+        for (std::int64_t timeout : {0, 7, 1800}) {
+            for (std::string marker : {"kubesandbox-timeout-0123456789abcdef", "M", "m'a\"rk", "\xfe"}) {
+                EXPECT_EQ(rp::execute_command_body(command, marker, timeout),
+                          rp::execute_body(rp::execute_argv(command, marker, timeout)))
+                    << command << " / " << marker << " / " << timeout;
+            }
+        }
+    }
+    // Its own output: valid JSON whose command line ends with the quoted arguments.
+    auto body = boost::json::parse(rp::execute_command_body("echo 'hi'", "M", 3));
+    std::string line(body.at("command").as_string());
+    EXPECT_EQ(line.rfind("'sh' '-c' 'm=$1;", 0), 0u) << line;
+    EXPECT_TRUE(line.ends_with(R"( 'sh' 'M' '3' 'echo '\''hi'\''')")) << line;
+}
+
 TEST(RuntimeProtocol, ReaderKeepsCappedStreamsAndTheTailOfStderr) {
     rp::ExecuteResponseReader reader(4);
     std::string body = R"({"stdout":"abcdefgh","stderr":"0123456789\u00e9","exit_code":3,"extra":{"stdout":"x"}})";
