@@ -78,11 +78,15 @@ int exec_client_main(int argc, char** argv) {
     const std::string ns = argv[3];
     const int calls = std::atoi(argv[4]);
     asio::io_context io(1);
+    // One client for all pods, as a provider shares its own. Scenario 5 also runs it with no
+    // bound on connections being opened at once, to show what the bound saves.
+    KubeClientOptions options;
+    if (const char* bound = std::getenv("KUBESANDBOX_BENCH_MAX_CONNECTS"))
+        options.max_concurrent_connects = static_cast<std::size_t>(std::atoi(bound));
+    KubeClient client(io.get_executor(), *cfg, options);
     std::vector<std::unique_ptr<PodExecSandbox>> sandboxes;
-    for (int i = 5; i < argc; ++i) {
-        sandboxes.push_back(std::make_unique<PodExecSandbox>(KubeClient(io.get_executor(), *cfg), ns, argv[i],
-                                                             PodExecSandboxOptions()));
-    }
+    for (int i = 5; i < argc; ++i)
+        sandboxes.push_back(std::make_unique<PodExecSandbox>(client, ns, argv[i], PodExecSandboxOptions()));
     const long hwm_before_kb = proc_status_kb("VmHWM");
     std::vector<double> lat(static_cast<std::size_t>(calls), 0.0);
     int done = 0, errors = 0;
@@ -120,6 +124,56 @@ int exec_client_main(int argc, char** argv) {
     return errors ? 1 : 0;
 }
 
+namespace {
+
+struct ExecClientRun {
+    double wall = 0, base_kb = 0, peak_kb = 0, cpu_seconds = 0, seconds = 0, cluster_cpu = 0;
+    std::vector<double> lat;
+};
+
+// Runs the exec client as its own process (its peak RSS is then the client's alone).
+std::optional<ExecClientRun> run_exec_client(const Env& env, const std::vector<std::string>& argv,
+                                             const std::vector<std::string>& extra_env,
+                                             const std::vector<std::string>& pods, const std::string& ns) {
+    struct rusage self0 {
+    }, kids0{}, self1{}, kids1{};
+    ::getrusage(RUSAGE_SELF, &self0);
+    ::getrusage(RUSAGE_CHILDREN, &kids0);
+    auto r = run_process(argv, extra_env, true);
+    ::getrusage(RUSAGE_SELF, &self1);
+    ::getrusage(RUSAGE_CHILDREN, &kids1);
+    std::istringstream in(r.out);
+    ExecClientRun run;
+    int errors = -1;
+    std::string key;
+    while (in >> key) {
+        if (key == "wall") in >> run.wall;
+        else if (key == "errors") in >> errors;
+        else if (key == "base_hwm_kb") in >> run.base_kb;
+        else if (key == "peak_hwm_kb") in >> run.peak_kb;
+        else if (key == "lat") {
+            double v = 0;
+            while (in >> v) run.lat.push_back(v);
+        }
+    }
+    const std::size_t calls = argv.size() > 4 ? static_cast<std::size_t>(std::atoi(argv[4].c_str())) : 0;
+    if (!r.spawned || r.status != 0 || errors != 0 || run.wall <= 0 || run.lat.size() != calls) {
+        std::string with = extra_env.empty() ? "" : " (" + extra_env.front() + ")";
+        failures.push_back("exec client" + with + ": exit " + std::to_string(r.status) + ", errors " +
+                           std::to_string(errors));
+        for (const auto& p : pods) describe_pod(env, ns, p);
+        return std::nullopt;
+    }
+    run.cpu_seconds = r.cpu_seconds;
+    run.seconds = r.seconds;
+    // This process is blocked on the child meanwhile: its CPU is the cluster's (API server,
+    // kubelet) plus the exec processes it reaped.
+    run.cluster_cpu = (cpu_of(self1) - cpu_of(self0)) + (cpu_of(kids1) - cpu_of(kids0)) - r.cpu_seconds;
+    return run;
+}
+
+}  // namespace
+
 void scenario_concurrent(asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz) {
     std::cerr << "[5] " << sz.concurrent_calls << " concurrent executes over " << sz.concurrent_sandboxes
               << " sandboxes\n";
@@ -151,46 +205,35 @@ void scenario_concurrent(asio::io_context& io, LocalCluster& cluster, const Env&
         std::vector<std::string> argv{env.self_exe, "--exec-client", env.kubeconfig.string(), ns,
                                       std::to_string(sz.concurrent_calls)};
         argv.insert(argv.end(), pods.begin(), pods.end());
-        struct rusage self0 {
-        }, kids0{}, self1{}, kids1{};
-        ::getrusage(RUSAGE_SELF, &self0);
-        ::getrusage(RUSAGE_CHILDREN, &kids0);
-        auto r = run_process(argv, {}, true);
-        ::getrusage(RUSAGE_SELF, &self1);
-        ::getrusage(RUSAGE_CHILDREN, &kids1);
-        std::istringstream in(r.out);
-        double wall = 0, base_kb = 0, peak_kb = 0;
-        int errors = -1;
-        std::vector<double> lat;
-        std::string key;
-        while (in >> key) {
-            if (key == "wall") in >> wall;
-            else if (key == "errors") in >> errors;
-            else if (key == "base_hwm_kb") in >> base_kb;
-            else if (key == "peak_hwm_kb") in >> peak_kb;
-            else if (key == "lat") {
-                double v = 0;
-                while (in >> v) lat.push_back(v);
+        const std::string name = "5 " + std::to_string(sz.concurrent_calls) + " concurrent execute, " +
+                                 std::to_string(sz.concurrent_sandboxes) + " sandboxes, 1 thread";
+        auto bounded = run_exec_client(env, argv, {}, pods, ns);
+        auto unbounded = run_exec_client(env, argv, {"KUBESANDBOX_BENCH_MAX_CONNECTS=0"}, pods, ns);
+        if (bounded && unbounded) {
+            const double calls = sz.concurrent_calls;
+            rows.push_back(latency_row(name, "latency per call", bounded->lat));
+            rows.push_back(single_row(name, "throughput", "calls/s", calls / bounded->wall));
+            rows.push_back(single_row(name, "client peak RSS (VmHWM)", "MiB", bounded->peak_kb / 1024));
+            rows.push_back(single_row(name, "client peak RSS before the calls", "MiB", bounded->base_kb / 1024));
+            Row per_call = single_row(name, "client memory per call in flight ((peak - before) / calls)", "KiB",
+                                      (bounded->peak_kb - bounded->base_kb) / calls);
+            Row per_call_unbounded =
+                single_row(name, "... with no bound on connections being opened at once (max_concurrent_connects = 0)",
+                           "KiB", (unbounded->peak_kb - unbounded->base_kb) / calls);
+            if (per_call.median > 0 && per_call_unbounded.median > 0) {
+                per_call.ratio = per_call_unbounded.median / per_call.median;
+                per_call.peer = "no bound";
+                char buf[64];
+                std::snprintf(buf, sizeof buf, "%.2fx less memory than no bound", per_call.ratio);
+                per_call.versus = buf;
             }
-        }
-        if (!r.spawned || r.status != 0 || errors != 0 || wall <= 0 ||
-            lat.size() != static_cast<std::size_t>(sz.concurrent_calls)) {
-            failures.push_back("exec client: exit " + std::to_string(r.status) + ", errors " + std::to_string(errors));
-            for (const auto& p : pods) describe_pod(env, ns, p);
-        } else {
-            const std::string name = "5 " + std::to_string(sz.concurrent_calls) + " concurrent execute, " +
-                                     std::to_string(sz.concurrent_sandboxes) + " sandboxes, 1 thread";
-            rows.push_back(latency_row(name, "latency per call", lat));
-            rows.push_back(single_row(name, "throughput", "calls/s", sz.concurrent_calls / wall));
-            rows.push_back(single_row(name, "client peak RSS (VmHWM)", "MiB", peak_kb / 1024));
-            rows.push_back(single_row(name, "client peak RSS before the calls", "MiB", base_kb / 1024));
-            rows.push_back(
-                single_row(name, "client CPU (user+sys) / its lifetime", "%", 100 * r.cpu_seconds / r.seconds));
-            // This process is blocked on the child meanwhile: its CPU is the cluster's (API
-            // server, kubelet) plus the exec processes it reaped.
-            double cluster_cpu = (cpu_of(self1) - cpu_of(self0)) + (cpu_of(kids1) - cpu_of(kids0)) - r.cpu_seconds;
+            rows.push_back(per_call);
+            rows.push_back(per_call_unbounded);
+            rows.push_back(single_row(name, "throughput with no bound", "calls/s", calls / unbounded->wall));
+            rows.push_back(single_row(name, "client CPU (user+sys) / its lifetime", "%",
+                                      100 * bounded->cpu_seconds / bounded->seconds));
             rows.push_back(single_row(name, "cluster CPU (server + exec processes) / same time", "%",
-                                      100 * cluster_cpu / r.seconds));
+                                      100 * bounded->cluster_cpu / bounded->seconds));
         }
     }
     run_on(

@@ -15,7 +15,12 @@ namespace kubesandbox {
 
 struct KubeClientOptions {
     std::size_t max_connections = 32;  // keep-alive connections to the API server
-    double qps = 50;                   // client-side rate limit (token bucket); <= 0 disables
+    // TLS connections being opened at once (0 = no bound). Every exec, attach and port-forward
+    // opens one; a handshake holds ~60 KiB until it ends, so a burst of 1,000 executes waits
+    // here (as a few KiB of coroutine frames) instead. Each opening takes about one round trip
+    // to the API server: raise this for a distant server and large bursts.
+    std::size_t max_concurrent_connects = 8;
+    double qps = 50;  // client-side rate limit (token bucket); <= 0 disables
     int burst = 100;
     std::chrono::milliseconds connect_timeout{10'000};
     std::chrono::milliseconds request_timeout{30'000};  // whole exchange, per attempt

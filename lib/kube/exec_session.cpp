@@ -179,6 +179,9 @@ asio::awaitable<Result<ExecOutcome>> run_on_strand(std::shared_ptr<KubeClient::I
                                                    ExecRunOptions options) {
     auto session = co_await open_session(*client, target);
     if (!session) co_return fail(session.error());
+    // The command went out in the request; its copy (the launcher script and the command, ~1 KiB)
+    // need not stay for the whole session.
+    std::vector<std::string>().swap(target.command);
     ExecOutcome out;
     out.protocol = session->v5 ? "v5.channel.k8s.io" : "v4.channel.k8s.io";
     WebSocket& ws = *session->ws;

@@ -61,6 +61,8 @@ KubeClient::Impl::Impl(asio::any_io_executor ex, KubeConfig cfg, KubeClientOptio
         auto ctx = net::make_tls_client_context(tls);
         if (ctx) target.tls_context = *ctx;
         else config_error = ctx.error();
+        if (options.max_concurrent_connects > 0)
+            target.gate = std::make_shared<net::ConnectGate>(executor, options.max_concurrent_connects);
     }
 }
 

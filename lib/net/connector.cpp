@@ -97,6 +97,13 @@ asio::awaitable<Result<AnyStream>> connect(asio::any_io_executor executor, Conne
     }
     const std::string where = connect_host + ":" + connect_port;
 
+    std::optional<ConnectGate::Permit> permit;
+    if (target.tls && target.gate) {
+        permit = co_await target.gate->enter(deadline);
+        if (!permit)
+            co_return fail(errc::timeout, "connecting to " + where + " timed out waiting behind " +
+                                              std::to_string(target.gate->limit()) + " connections being opened");
+    }
     const auto now = steady_clock::now();
     const auto connect_deadline = (deadline - now > target.connect_timeout) ? now + target.connect_timeout : deadline;
     asio::steady_timer timer(executor);

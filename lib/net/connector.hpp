@@ -6,6 +6,7 @@
 #include <kubesandbox/error.hpp>
 
 #include "net/any_stream.hpp"
+#include "net/connect_gate.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -27,6 +28,9 @@ struct ConnectTarget {
     bool verify_server_name{true};
     std::string proxy_url{};  // an http:// proxy spoken to with CONNECT; empty = direct
     std::chrono::milliseconds connect_timeout{10'000};
+    // With tls: at most gate->limit() connections of the targets sharing it open at once (the
+    // others wait, bounded by the caller's deadline, before connect_timeout starts). Null = none.
+    std::shared_ptr<ConnectGate> gate{};
 };
 
 // Makes `target` a TLS target trusting `ca_pem` (empty = the system's store); errc::invalid_config
