@@ -18,6 +18,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
 #include <boost/url/parse.hpp>
 
 #include <arpa/inet.h>
@@ -26,9 +27,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -163,6 +168,72 @@ json::object warm_pool_body(int replicas) {
 }
 
 }  // namespace
+
+int router_client_main(int argc, char** argv) {
+    if (argc < 4) return 2;
+    const std::string kubeconfig = argv[2];
+    const int calls = std::max(1, std::atoi(argv[3]));
+    std::ifstream router_file(kubeconfig + ".router");
+    std::stringstream text;
+    text << router_file.rdbuf();
+    boost::system::error_code ec;
+    auto router = json::parse(text.str(), ec);
+    if (ec || !router.is_object() || !router.as_object().if_contains("url")) {
+        std::cerr << "router client: no router in " << kubeconfig << ".router\n";
+        return 1;
+    }
+    KubeConfigLoadOptions lo;
+    lo.paths.emplace_back(kubeconfig);
+    auto cfg = load_kubeconfig(lo);
+    if (!cfg) {
+        std::cerr << "router client: " << cfg.error().describe() << "\n";
+        return 1;
+    }
+    asio::io_context io(1);
+    KubeClientOptions unthrottled;
+    unthrottled.qps = 0;
+    KubeClient kube(io.get_executor(), *cfg, unthrottled);
+    DirectConnectionOptions direct;
+    direct.url = std::string(router.at("url").as_string());
+    direct.token = std::string(router.at("token").as_string());
+    auto connection = make_direct_connection(io.get_executor(), direct);
+    if (!connection) {
+        std::cerr << "router client: " << connection.error().describe() << "\n";
+        return 1;
+    }
+    int status = 1;
+    bool ok = run_on(
+        io,
+        [&]() -> asio::awaitable<void> {
+            AgentSandboxProviderOptions options;
+            options.warm_pool = "busybox-runtime";
+            options.connection = *connection;
+            AgentSandboxProvider provider(kube, options);
+            GetOrCreateOptions o;
+            o.sandbox_id = "bench-router-client";
+            auto a = co_await provider.acquire(o);
+            if (!a) {
+                std::cerr << "router client: " << a.error().describe() << "\n";
+                co_return;
+            }
+            for (int i = 0; i < 5; ++i) co_await a->sandbox->execute("true");  // warm-up
+            std::vector<double> cpu;
+            int failed = 0;
+            for (int i = 0; i < calls; ++i) {
+                double c0 = thread_cpu();
+                auto r = co_await a->sandbox->execute("true");
+                cpu.push_back(thread_cpu() - c0);
+                failed += !r || r->exit_code != 0;
+            }
+            std::sort(cpu.begin(), cpu.end());
+            std::cout << "calls " << calls << "\nfailed " << failed << "\nclient_cpu_us_median "
+                      << cpu[cpu.size() / 2] * 1e6 << "\n";
+            co_await provider.delete_sandbox("bench-router-client");
+            status = failed ? 1 : 0;
+        },
+        600s, "router client");
+    return ok ? status : 1;
+}
 
 void scenario_agent_sandbox(asio::io_context& io, LocalCluster& cluster, const Sizes& sz) {
     std::cerr << "scenario 8: agent-sandbox mode\n";

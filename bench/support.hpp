@@ -169,5 +169,9 @@ void scenario_server(boost::asio::io_context& io, LocalCluster& cluster, const E
 void scenario_reaper(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
 void scenario_transfer(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
 int exec_client_main(int argc, char** argv);
+// --router-client KUBECONFIG CALLS: execute("true") CALLS times through the router of a running
+// kubesandbox-local (KUBECONFIG.router), one warm busybox-runtime claim; prints client CPU per
+// call. A loop to profile (perf, callgrind: run it with two CALLS and subtract).
+int router_client_main(int argc, char** argv);
 
 }  // namespace kubesandbox::bench
