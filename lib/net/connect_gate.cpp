@@ -1,8 +1,8 @@
 #include "net/connect_gate.hpp"
 
-#include "net/with_timeout.hpp"
+#include "net/token_channel.hpp"
 
-#include <boost/asio/experimental/concurrent_channel.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
 #include <utility>
@@ -13,7 +13,7 @@ namespace kubesandbox::net {
 struct ConnectGate::Tokens {
     Tokens(boost::asio::any_io_executor executor, std::size_t n) : executor(executor), channel(executor, n) {}
     boost::asio::any_io_executor executor;
-    boost::asio::experimental::concurrent_channel<void(boost::system::error_code)> channel;
+    TokenChannel channel;
 };
 
 ConnectGate::ConnectGate(boost::asio::any_io_executor executor, std::size_t limit)
@@ -42,8 +42,7 @@ boost::asio::awaitable<std::optional<ConnectGate::Permit>> ConnectGate::enter(
     if (tokens_->channel.try_receive([](boost::system::error_code) {})) co_return std::optional<Permit>(Permit(this));
     boost::asio::steady_timer timer(tokens_->executor);
     timer.expires_at(deadline);
-    auto got = co_await with_timeout(tokens_->channel.async_receive(use_tuple), timer);
-    if (!got || std::get<0>(*got)) co_return std::nullopt;
+    if (!co_await take_token(tokens_->channel, timer)) co_return std::nullopt;
     co_return std::optional<Permit>(Permit(this));
 }
 

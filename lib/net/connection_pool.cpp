@@ -1,7 +1,5 @@
 #include "net/connection_pool.hpp"
 
-#include "net/with_timeout.hpp"
-
 namespace kubesandbox::net {
 
 using std::chrono::steady_clock;
@@ -22,8 +20,7 @@ boost::asio::awaitable<std::optional<ConnectionPool::Slot>> ConnectionPool::acqu
     if (slots_->try_receive([](boost::system::error_code) {})) co_return std::optional<Slot>(Slot(this));
     boost::asio::steady_timer timer(executor_);
     timer.expires_at(deadline);
-    auto got = co_await with_timeout(slots_->async_receive(use_tuple), timer);
-    if (!got) co_return std::nullopt;
+    if (!co_await take_token(*slots_, timer)) co_return std::nullopt;
     co_return std::optional<Slot>(Slot(this));
 }
 

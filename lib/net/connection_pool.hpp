@@ -4,10 +4,10 @@
 #pragma once
 
 #include "net/any_stream.hpp"
+#include "net/token_channel.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/experimental/concurrent_channel.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
@@ -54,7 +54,7 @@ public:
 
 private:
     boost::asio::any_io_executor executor_;
-    using SlotChannel = boost::asio::experimental::concurrent_channel<void(boost::system::error_code)>;
+    using SlotChannel = TokenChannel;
     std::chrono::steady_clock::duration max_idle_;
     std::unique_ptr<SlotChannel> slots_;
     std::mutex mutex_;

@@ -194,4 +194,28 @@ TEST_F(ConnectGateTest, APermitLetsTheNextWaiterInWhenItEnds) {
     });
 }
 
+TEST_F(ConnectGateTest, APermitReleasedAsAWaitersDeadlineFiresIsNeverLost) {
+    // The holder lets go from a timer due at the waiter's deadline: in the same pass of the
+    // reactor, the permit reaches the waiter's receive while its deadline has fired too. That
+    // permit must end up with the waiter or back in the gate, never nowhere.
+    run([&]() -> asio::awaitable<void> {
+        ks::net::ConnectGate gate(io.get_executor(), 1);
+        int rounds = 0, served = 0;
+        for (; rounds < 300; ++rounds) {
+            auto held = co_await gate.enter(steady_clock::now());
+            if (!held) break;  // the gate's one permit is gone
+            const auto at = steady_clock::now() + 2ms;
+            auto holder = std::make_shared<std::optional<ks::net::ConnectGate::Permit>>(std::move(held));
+            auto releaser = std::make_shared<asio::steady_timer>(io, at);
+            releaser->async_wait([releaser, holder](boost::system::error_code) { holder->reset(); });
+            auto waited = co_await gate.enter(at);
+            served += waited.has_value();
+            waited.reset();
+            while (holder->has_value()) co_await sleep_for(1ms);
+        }
+        EXPECT_EQ(rounds, 300) << "the permit was lost in round " << rounds << " (" << served
+                               << " rounds served the waiter)";
+    });
+}
+
 }  // namespace
