@@ -195,6 +195,83 @@ void ApiServer::Impl::purge_namespace(const std::string& name) {
     store.remove("namespaces", {"", name});
 }
 
+namespace {
+
+// The uids an object's ownerReferences name, in order.
+std::vector<std::string> owner_uids_of(const json::object& o) {
+    std::vector<std::string> out;
+    auto refs = metadata_of(o).if_contains("ownerReferences");
+    if (!refs || !refs->is_array()) return out;
+    for (const auto& r : refs->as_array())
+        if (r.is_object()) out.push_back(string_at(r.as_object(), "uid"));
+    return out;
+}
+
+const ResourceType* owner_type(const json::object& ref) {
+    std::string api_version = string_at(ref, "apiVersion");
+    auto slash = api_version.find('/');
+    std::string group = slash == std::string::npos ? "" : api_version.substr(0, slash);
+    std::string kind = string_at(ref, "kind");
+    for (const auto& t : resource_types())
+        if (t.group == group && t.kind == kind) return &t;
+    return nullptr;
+}
+
+}  // namespace
+
+void ApiServer::Impl::notice_owners(const StoreEvent& ev) {
+    if (ev.type == "DELETED" || !ev.object) return;
+    auto uids = owner_uids_of(*ev.object);
+    if (uids.empty() || (ev.previous && owner_uids_of(*ev.previous) == uids)) return;
+    const auto& m = metadata_of(*ev.object);
+    owner_checks.insert(ObjectRef{ev.resource, ObjectKey{string_at(m, "namespace"), string_at(m, "name")}});
+    if (owner_check_armed || stopping) return;
+    owner_check_armed = true;
+    owner_check_timer.expires_at(asio::steady_timer::time_point::min());
+    owner_check_timer.async_wait([this](error_code ec) {
+        if (ec) return;  // cancelled: this Impl may be gone
+        owner_check_armed = false;
+        if (!stopping) check_owners();
+    });
+}
+
+void ApiServer::Impl::check_owners() {
+    auto pending = std::exchange(owner_checks, {});
+    for (const auto& ref : pending) {
+        const ResourceType* t = find_resource_by_id(ref.resource);
+        auto obj = t ? store.get(ref.resource, ref.key) : nullptr;
+        if (!obj) continue;
+        auto refs = metadata_of(*obj).if_contains("ownerReferences");
+        if (!refs || !refs->is_array() || refs->as_array().empty()) continue;
+        std::set<std::string> gone;
+        std::size_t present = 0;
+        for (const auto& r : refs->as_array()) {
+            if (!r.is_object()) continue;
+            const json::object& owner_ref = r.as_object();
+            const ResourceType* ot = owner_type(owner_ref);
+            if (!ot) {
+                ++present;  // not resolvable here: a real collector waits rather than deletes
+                continue;
+            }
+            auto owner = store.get(ot->id(), {ot->namespaced ? ref.key.ns : "", string_at(owner_ref, "name")});
+            if (owner && string_at(metadata_of(*owner), "uid") == string_at(owner_ref, "uid")) ++present;
+            else gone.insert(string_at(owner_ref, "uid"));
+        }
+        if (gone.empty()) continue;
+        if (present == 0) {
+            DeleteOptions opts;
+            opts.propagation = "Background";
+            delete_object(*t, ref.key, opts);
+            continue;
+        }
+        json::object copy = *obj;
+        auto& kept = copy["metadata"].as_object()["ownerReferences"].as_array();
+        for (auto it = kept.begin(); it != kept.end();)
+            it = it->is_object() && gone.count(string_at(it->as_object(), "uid")) ? kept.erase(it) : std::next(it);
+        store.put(t->id(), std::move(copy));
+    }
+}
+
 std::variant<DeleteOptions, Response> ApiServer::Impl::delete_options(const Request& req) {
     DeleteOptions opts;
     if (auto g = int_param(req.query, "gracePeriodSeconds")) opts.grace = *g;

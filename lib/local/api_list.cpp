@@ -186,6 +186,7 @@ void ApiServer::expire_watches() {
 
 void ApiServer::shutdown() {
     impl_->stopping = true;
+    impl_->owner_check_timer.cancel();
     expire_watches();
     for (auto& [uid, timer] : impl_->pod_grace_timers) timer->cancel();
     impl_->pod_grace_timers.clear();

@@ -16,8 +16,11 @@
 namespace kubesandbox::local {
 
 ApiServer::Impl::Impl(asio::any_io_executor ex, ApiServerOptions opts, FaultList& f)
-    : executor(std::move(ex)), options(std::move(opts)), faults(f) {
-    store.on_event = [this](const StoreEvent& ev) { dispatch_event(ev); };
+    : executor(std::move(ex)), options(std::move(opts)), faults(f), owner_check_timer(executor) {
+    store.on_event = [this](const StoreEvent& ev) {
+        dispatch_event(ev);
+        notice_owners(ev);
+    };
     for (const char* ns : {"default", "kube-system", "kube-public", "kube-node-lease"}) {
         json::object o{{"apiVersion", "v1"},
                        {"kind", "Namespace"},

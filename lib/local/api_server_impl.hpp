@@ -185,6 +185,11 @@ struct ApiServer::Impl {
     std::map<std::string, std::shared_ptr<asio::steady_timer>> pod_grace_timers;  // uid -> timer
     std::set<std::string> terminating_namespaces;
     bool stopping = false;
+    // Objects written with owner references, checked for owners that are gone once the write is
+    // out (a controller acting on a stale cache creates dependents of a deleted owner).
+    std::set<ObjectRef> owner_checks;
+    asio::steady_timer owner_check_timer;
+    bool owner_check_armed = false;
     // Open connections still served here. Shared: connection coroutines suspended at shutdown are
     // destroyed with the io_context, possibly after this Impl, and must still find the set.
     std::shared_ptr<std::set<net::AnyStream*>> connections = std::make_shared<std::set<net::AnyStream*>>();
@@ -280,6 +285,12 @@ struct ApiServer::Impl {
     ObjectPtr begin_namespace_deletion(const std::string& name);
 
     void purge_namespace(const std::string& name);
+
+    // The collector's other half: an object whose owners are all gone (absent, or the name now
+    // held by another uid) is deleted in the background; one with some owners left loses the
+    // references to the gone ones. Owners of kinds not served here count as present.
+    void notice_owners(const StoreEvent& ev);
+    void check_owners();
 
     std::variant<DeleteOptions, Response> delete_options(const Request& req);
 

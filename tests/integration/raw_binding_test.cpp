@@ -357,8 +357,9 @@ TEST_F(RawBindingTest, ADeadBoundPodIsReplacedAndSaysSo) {
         240s);
 }
 
-// A binding whose owner is gone is on its way out (the garbage collector removes it): a pod made
-// under it would lose its binding while in use. The id is bound afresh instead.
+// A binding whose owner is gone is on its way out (the garbage collector removes it, here within
+// the cluster's next turn, on a real cluster within seconds): a pod made under it would lose its
+// binding while in use. The id is bound afresh instead.
 TEST_F(RawBindingTest, NoPodIsMadeUnderABindingOwnedByAGonePod) {
     auto p = provider(0);
     run(

@@ -358,3 +358,45 @@ TEST(StoreIndexes, DependentsAndForegroundDeletionFollowEveryChange) {
     EXPECT_TRUE(store.dependents("u1").empty());
     EXPECT_TRUE(store.dependents("u2").empty());
 }
+
+// Dependents written after their owner left (a controller acting on a stale cache) are collected
+// once the write is out, as Kubernetes' garbage collector does; dependents with an owner left lose
+// only the references to the gone ones.
+TEST_F(ApiHandlerTest, DependentsWhoseOwnersAreGoneAreCollectedAfterTheWrite) {
+    const std::string cms = "/api/v1/namespaces/default/configmaps";
+    auto owner = respond(http::verb::post, cms, R"({"metadata":{"name":"owner"}})");
+    ASSERT_EQ(owner.status, 201u) << owner.body;
+    const std::string uid(body_of(owner)["metadata"].as_object()["uid"].as_string());
+    auto ref = [](std::string api_version, std::string kind, std::string name, std::string uid) {
+        return json::object{{"apiVersion", api_version}, {"kind", kind}, {"name", name}, {"uid", uid}};
+    };
+    auto dependent = [&](const std::string& name, json::array refs) {
+        json::object body{{"metadata", json::object{{"name", name}, {"ownerReferences", std::move(refs)}}}};
+        return respond(http::verb::post, cms, json::serialize(body)).status;
+    };
+    ASSERT_EQ(dependent("alive", {ref("v1", "ConfigMap", "owner", uid)}), 201u);
+    ASSERT_EQ(dependent("gone", {ref("v1", "ConfigMap", "ghost", "no-such-uid")}), 201u);
+    ASSERT_EQ(dependent("name-reused", {ref("v1", "ConfigMap", "owner", "an-earlier-uid")}), 201u);
+    ASSERT_EQ(
+        dependent("mixed", {ref("v1", "ConfigMap", "ghost", "no-such-uid"), ref("v1", "ConfigMap", "owner", uid)}),
+        201u);
+    ASSERT_EQ(dependent("unknown-kind", {ref("apps/v1", "Deployment", "d", "uid-d")}), 201u);
+    // Written as asked: the collector acts after the write, not in it.
+    for (const char* name : {"alive", "gone", "name-reused", "mixed", "unknown-kind"})
+        EXPECT_EQ(respond(http::verb::get, cms + "/" + name).status, 200u) << name;
+    io_.poll();
+    EXPECT_EQ(respond(http::verb::get, cms + "/alive").status, 200u);
+    EXPECT_EQ(respond(http::verb::get, cms + "/gone").status, 404u);
+    EXPECT_EQ(respond(http::verb::get, cms + "/name-reused").status, 404u);
+    EXPECT_EQ(respond(http::verb::get, cms + "/unknown-kind").status, 200u) << "an owner not served here is not gone";
+    auto mixed = respond(http::verb::get, cms + "/mixed");
+    ASSERT_EQ(mixed.status, 200u);
+    auto refs = body_of(mixed)["metadata"].as_object()["ownerReferences"];
+    ASSERT_TRUE(refs.is_array());
+    ASSERT_EQ(refs.as_array().size(), 1u);
+    EXPECT_EQ(refs.as_array()[0].as_object().at("uid"), json::value(uid));
+    // The owner's own deletion still takes its dependents with it.
+    EXPECT_EQ(respond(http::verb::delete_, cms + "/owner").status, 200u);
+    EXPECT_EQ(respond(http::verb::get, cms + "/alive").status, 404u);
+    EXPECT_EQ(respond(http::verb::get, cms + "/mixed").status, 404u);
+}
