@@ -148,8 +148,9 @@ struct Core {
     bool find_enter_program(std::string& why);
 
     // The read end of a pipe holding the seccomp filter for bubblewrap's --seccomp, or -1 when
-    // the architecture has none (logged once).
-    Fd seccomp_pipe() const;
+    // the architecture has none (logged once) or, with `error` set, when the pipe failed: a
+    // container must then not start, rather than start unfiltered.
+    Fd seccomp_pipe(std::string& error) const;
     std::string seccomp_bytes;  // the runtime-default filter's instructions
 
     // Marks the container ready once its readinessProbe port (httpGet or tcpSocket) accepts a

@@ -86,7 +86,12 @@ std::variant<Fd, std::string> Core::start(PodRecord& p) {
         if (::pipe2(fds, O_CLOEXEC) != 0) return std::string("pipe: ") + std::strerror(errno);
         info_rd = Fd(fds[0]);
         Fd info_wr(fds[1]);
-        Fd filter = plan.seccomp ? seccomp_pipe() : Fd();
+        Fd filter;
+        if (plan.seccomp) {
+            std::string filter_error;
+            filter = seccomp_pipe(filter_error);
+            if (!filter_error.empty()) return filter_error;
+        }
         s.argv = bwrap_argv(plan, layout, p.name, 3, filter.fd >= 0 ? 4 : -1, entries);
         use_bwrap_program(s.argv);
         if (cgroups) s.argv = join_cgroup_argv(cgroups->procs_files(p.uid), std::move(s.argv));

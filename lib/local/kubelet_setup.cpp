@@ -192,14 +192,20 @@ bool Core::find_enter_program(std::string& why) {
     return false;
 }
 
-Fd Core::seccomp_pipe() const {
+Fd Core::seccomp_pipe(std::string& error) const {
     if (seccomp_bytes.empty()) return Fd();
     int p[2];
-    if (::pipe2(p, O_CLOEXEC) != 0) return Fd();
+    if (::pipe2(p, O_CLOEXEC) != 0) {
+        error = std::string("cannot make the seccomp filter's pipe: ") + std::strerror(errno);
+        return Fd();
+    }
     Fd rd(p[0]), wr(p[1]);
     // A few hundred bytes: far below a pipe's buffer, so the write completes at once.
-    if (::write(wr.fd, seccomp_bytes.data(), seccomp_bytes.size()) != static_cast<ssize_t>(seccomp_bytes.size()))
+    auto wrote = ::write(wr.fd, seccomp_bytes.data(), seccomp_bytes.size());
+    if (wrote != static_cast<ssize_t>(seccomp_bytes.size())) {
+        error = std::string("cannot write the seccomp filter: ") + (wrote < 0 ? std::strerror(errno) : "short write");
         return Fd();
+    }
     return rd;
 }
 
@@ -261,7 +267,12 @@ void Core::probe_isolation() {
     plan.gid = 1000;
     plan.mounts.push_back(MountPlan{"", probe, "/probe", false, {}});
     // The filter too, so a bubblewrap that cannot load it is found here rather than by pods.
-    Fd filter = seccomp_pipe();
+    std::string filter_error;
+    Fd filter = seccomp_pipe(filter_error);
+    if (!filter_error.empty()) {
+        problem = filter_error;
+        return;
+    }
     auto argv = bwrap_argv(plan, layout, "probe", 3, filter.fd >= 0 ? 4 : -1, {});
     use_bwrap_program(argv);
     int p[2];
