@@ -2,6 +2,8 @@
 
 #include <openssl/ssl.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <ctime>
 #include <deque>
 #include <map>
@@ -20,7 +22,26 @@ using SessionPtr = std::unique_ptr<SSL_SESSION, SessionFree>;
 struct Cache {
     std::mutex mutex;
     std::size_t per_key = 8;
+    std::size_t max_keys = 256;
     std::map<std::string, std::deque<SessionPtr>, std::less<>> sessions;
+    std::map<std::string, std::uint64_t, std::less<>> used;  // key -> tick of its last store or offer
+    std::uint64_t tick = 0;
+
+    // A client reaching many servers (one per sandbox address) must not keep tickets for every
+    // one of them: past max_keys the least recently used key goes.
+    void touch(const std::string& key) {
+        used[key] = ++tick;
+        while (sessions.size() > max_keys) {
+            auto oldest = std::min_element(used.begin(), used.end(),
+                                           [](const auto& a, const auto& b) { return a.second < b.second; });
+            sessions.erase(oldest->first);
+            used.erase(oldest);
+        }
+    }
+    void forget(std::map<std::string, std::deque<SessionPtr>, std::less<>>::iterator it) {
+        used.erase(it->first);
+        sessions.erase(it);
+    }
 };
 
 void free_cache(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) { delete static_cast<Cache*>(ptr); }
@@ -51,12 +72,13 @@ int on_new_session(SSL* ssl, SSL_SESSION* session) {
     auto& kept = cache->sessions[*key];
     kept.push_back(std::move(copy));
     while (kept.size() > cache->per_key) kept.pop_front();
+    cache->touch(*key);
     return 0;  // the passed reference stays OpenSSL's
 }
 
 }  // namespace
 
-void enable_session_cache(SSL_CTX* ctx, std::size_t per_key) {
+void enable_session_cache(SSL_CTX* ctx, std::size_t per_key, std::size_t max_keys) {
     if (!ctx) return;
     Cache* cache = cache_of(ctx);
     if (!cache) {
@@ -66,6 +88,7 @@ void enable_session_cache(SSL_CTX* ctx, std::size_t per_key) {
     {
         std::lock_guard lock(cache->mutex);
         cache->per_key = per_key == 0 ? 1 : per_key;
+        cache->max_keys = max_keys == 0 ? 1 : max_keys;
     }
     // Client mode: OpenSSL keeps no internal cache for clients; it only calls on_new_session.
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
@@ -101,7 +124,8 @@ void resume_session(SSL* ssl, const std::string& key) {
                 it->second.pop_back();
             }
         }
-        if (it->second.empty()) cache->sessions.erase(it);
+        if (it->second.empty()) cache->forget(it);
+        else cache->touch(key);
     }
     if (offer) SSL_set_session(ssl, offer.get());  // takes its own reference
 }
@@ -112,6 +136,13 @@ std::size_t cached_sessions(SSL_CTX* ctx, const std::string& key) {
     std::lock_guard lock(cache->mutex);
     auto it = cache->sessions.find(key);
     return it == cache->sessions.end() ? 0 : it->second.size();
+}
+
+std::size_t cached_keys(SSL_CTX* ctx) {
+    Cache* cache = cache_of(ctx);
+    if (!cache) return 0;
+    std::lock_guard lock(cache->mutex);
+    return cache->sessions.size();
 }
 
 }  // namespace kubesandbox::net

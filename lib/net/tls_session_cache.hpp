@@ -15,8 +15,9 @@ typedef struct ssl_st SSL;
 
 namespace kubesandbox::net {
 
-// Turns the cache on for a client context (idempotent); at most `per_key` tickets kept per key.
-void enable_session_cache(SSL_CTX* ctx, std::size_t per_key = 8);
+// Turns the cache on for a client context (idempotent); at most `per_key` tickets kept per key
+// and tickets for at most `max_keys` keys (the least recently used key goes first).
+void enable_session_cache(SSL_CTX* ctx, std::size_t per_key = 8, std::size_t max_keys = 256);
 
 // Before the handshake: tags `ssl` with `key` (the tickets it receives are kept under it) and
 // offers the newest kept ticket for that key, if any. No-op when the context has no cache.
@@ -24,5 +25,8 @@ void resume_session(SSL* ssl, const std::string& key);
 
 // Tickets kept for `key` now (tests, stats).
 std::size_t cached_sessions(SSL_CTX* ctx, const std::string& key);
+
+// Keys with tickets kept now (tests, stats).
+std::size_t cached_keys(SSL_CTX* ctx);
 
 }  // namespace kubesandbox::net

@@ -108,6 +108,21 @@ TEST_F(TlsSessionCacheTest, KeepsAtMostTheConfiguredNumberPerKey) {
     EXPECT_EQ(net::cached_sessions(client_->native_handle(), "a"), 1u);
 }
 
+// One ticket set per server a client has reached would grow without end for a client that
+// reaches many (one address per sandbox): the least recently used key goes past the limit.
+TEST_F(TlsSessionCacheTest, KeepsTicketsForAtMostTheConfiguredNumberOfKeys) {
+    net::enable_session_cache(client_->native_handle(), 8, 2);
+    EXPECT_FALSE(connect("a"));
+    EXPECT_FALSE(connect("b"));
+    EXPECT_TRUE(connect("a"));  // "a" used more recently than "b"
+    EXPECT_FALSE(connect("c"));
+    EXPECT_EQ(net::cached_keys(client_->native_handle()), 2u);
+    EXPECT_GE(net::cached_sessions(client_->native_handle(), "a"), 1u);
+    EXPECT_EQ(net::cached_sessions(client_->native_handle(), "b"), 0u);
+    EXPECT_GE(net::cached_sessions(client_->native_handle(), "c"), 1u);
+    EXPECT_FALSE(connect("b"));  // forgotten: a full handshake again
+}
+
 // TLS 1.2 servers renew nothing on a resumed handshake (OpenSSL reports no new session then): the
 // session is reused, never used up.
 TEST_F(TlsSessionCacheTest, ATls12SessionIsReusedUntilItExpires) {
