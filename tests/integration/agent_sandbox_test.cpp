@@ -286,14 +286,14 @@ TEST_F(AgentSandboxTest, ExpiredClaimsAreCleanedUpAndDeletedClaimsReported) {
     run([&]() -> asio::awaitable<void> {
         GetOrCreateOptions o;
         o.sandbox_id = "short-lived";
-        o.ttl_seconds = 1;
+        o.ttl_seconds = 3;  // long enough to be bound first on a slow machine
         auto a = co_await p->acquire(o);
         EXPECT_TRUE(a) << (a ? "" : a.error().describe());
         GetOrCreateOptions k;
         k.sandbox_id = "kept";
         auto kept = co_await p->acquire(k);
         EXPECT_TRUE(kept);
-        co_await test::sleep_for(2100ms);
+        co_await test::sleep_for(4100ms);  // past the shutdownTime, rounded up to a whole second
         auto swept = co_await p->cleanup();
         EXPECT_TRUE(swept) << (swept ? "" : swept.error().describe());
         if (swept) {

@@ -25,6 +25,9 @@ TEST(AgentClaims, BuildsTheV1beta1ClaimWithLifecycleAndPodMetadata) {
     EXPECT_EQ(c.at("spec").at("lifecycle").at("shutdownPolicy"), "Delete");
     EXPECT_EQ(c.at("spec").at("additionalPodMetadata").at("labels").at("team"), "a");
     EXPECT_EQ(json::serialize(c.at("spec").at("env")), R"([{"name":"A","value":"1"}])");
+    // A TTL is never cut short by the timestamp's whole seconds: 1 s from 10:00:00.9 ends at 10:00:02.
+    auto late = as::build_claim(o, "ksb-x", {}, {}, 1, now + std::chrono::milliseconds(900));
+    EXPECT_EQ(late.at("spec").at("lifecycle").at("shutdownTime"), "2026-08-22T10:00:02Z");
     o.template_name = "tmpl";
     o.claim_api_version = "v1alpha1";
     auto old = as::build_claim(o, "ksb-x", {}, {}, std::nullopt, now);

@@ -33,9 +33,11 @@ json::object build_claim(const AgentSandboxProviderOptions& options, const std::
         spec["warmpool"] = options.warm_pool.empty() ? "none" : "default";
     }
     if (ttl_seconds && *ttl_seconds > 0) {
+        // Rounded up to the second the timestamp can carry: truncating made a TTL of 1 s anything
+        // from 0 to 1 s, so a claim could expire before it was bound.
+        auto shutdown = std::chrono::ceil<std::chrono::seconds>(now + std::chrono::seconds(*ttl_seconds));
         spec["lifecycle"] =
-            json::object{{"shutdownTime", util::format_rfc3339(now + std::chrono::seconds(*ttl_seconds))},
-                         {"shutdownPolicy", "Delete"}};
+            json::object{{"shutdownTime", util::format_rfc3339(shutdown)}, {"shutdownPolicy", "Delete"}};
     }
     if (!options.pod_labels.empty() || !options.pod_annotations.empty()) {
         json::object extra;
