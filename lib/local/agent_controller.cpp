@@ -2,6 +2,7 @@
 
 #include "local/agent_controller_core.hpp"
 #include "local/mirror.hpp"
+#include "proto/patch.hpp"
 #include "util/json_access.hpp"
 #include "util/time_format.hpp"
 
@@ -160,8 +161,12 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
     asio::awaitable<void> write_status(Kind k, const std::string& key, json::object status) {
         const json::object* current = find(k, key);
         if (!current) co_return;
-        if (const json::object* old = object_at(*current, "status"); old && *old == status) co_return;
-        json::object body{{"status", std::move(status)}};
+        const json::object* old = object_at(*current, "status");
+        if (old && *old == status) co_return;
+        // A merge patch keeps what it does not name: fields the status no longer has (a claim's
+        // sandbox once unbound, a Sandbox's pod IPs once its pod is gone) are named as null.
+        json::value change = old ? proto::merge_patch_between(*old, status) : json::value(std::move(status));
+        json::object body{{"status", std::move(change)}};
         co_await patch(k, key, std::move(body), true);
     }
 
@@ -206,6 +211,14 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
             } else if (!service && !expired && wants_service.value_or(false) && !find(services, key)) {
                 service = co_await create(services, string_at(metadata_of(*sb), "namespace"), service_for_sandbox(*sb));
             }
+            // Looked up again: watch events during the requests above may have dropped the entries
+            // these pointed at.
+            auto owned = [&](Kind k) -> const json::object* {
+                const json::object* o = find(k, key);
+                return o && controlled_by(*o, uid) ? o : nullptr;
+            };
+            if (pod) pod = owned(pods);
+            if (service) service = owned(services);
             const json::object* current = find(sandboxes, key);
             if (!current) continue;
             co_await write_status(sandboxes, key, sandbox_status(*current, pod, expired, now, service));

@@ -65,6 +65,19 @@ json::value apply_merge_patch(const json::value& target, const json::value& patc
     return result;
 }
 
+json::value merge_patch_between(const json::value& from, const json::value& to) {
+    if (!from.is_object() || !to.is_object()) return to;
+    json::object patch;
+    for (const auto& kv : from.get_object())
+        if (!to.get_object().contains(kv.key())) patch[kv.key()] = nullptr;
+    for (const auto& kv : to.get_object()) {
+        const json::value* before = from.get_object().if_contains(kv.key());
+        if (!before) patch[kv.key()] = kv.value();
+        else if (!json_equal(*before, kv.value())) patch[kv.key()] = merge_patch_between(*before, kv.value());
+    }
+    return patch;
+}
+
 // ---------------- RFC 6902 ----------------
 
 namespace {

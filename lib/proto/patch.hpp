@@ -13,6 +13,11 @@ namespace kubesandbox::proto {
 // RFC 7386 merge patch: objects merge recursively, null deletes, arrays/scalars replace.
 boost::json::value apply_merge_patch(const boost::json::value& target, const boost::json::value& patch);
 
+// The merge patch that turns `from` into `to`: keys `to` lacks become null (removed), objects
+// are compared key by key, anything else that differs is replaced. Exact unless `to` holds
+// nulls of its own, which a merge patch cannot set.
+boost::json::value merge_patch_between(const boost::json::value& from, const boost::json::value& to);
+
 // RFC 6902 JSON patch. A malformed patch document -> errc::bad_request; a path that does not
 // exist, a failed "test" and the like -> errc::invalid (message "the server rejected our
 // request due to an error in our request", the detail in a cause of reason

@@ -48,6 +48,25 @@ TEST(MergePatch, Rfc7386AppendixA) {
     }
 }
 
+// The patch between two documents, applied to the first, gives the second; unchanged keys stay
+// out of it, removed ones are null (a status that loses a field must lose it on the server).
+TEST(MergePatch, BetweenTwoDocumentsGivesTheSecondFromTheFirst) {
+    const std::vector<Case> cases = {
+        {R"({"a":1,"b":{"c":2,"d":3}})", R"({"a":1,"b":{"c":2}})", R"({"b":{"d":null}})"},
+        {R"({"sandbox":{"name":"x","serviceFQDN":"x.svc"},"conditions":[1]})", R"({"conditions":[2]})",
+         R"({"sandbox":null,"conditions":[2]})"},
+        {R"({"a":"b"})", R"({"a":{"c":1}})", R"({"a":{"c":1}})"},
+        {R"({})", R"({"a":[1,2]})", R"({"a":[1,2]})"},
+        {R"({"a":1})", R"({"a":1})", R"({})"},
+        {R"([1])", R"({"a":1})", R"({"a":1})"},
+    };
+    for (const auto& c : cases) {
+        auto patch = proto::merge_patch_between(j(c.target), j(c.patch));
+        EXPECT_JSON_EQ(patch, c.expected);
+        EXPECT_JSON_EQ(proto::apply_merge_patch(j(c.target), patch), c.patch);
+    }
+}
+
 TEST(JsonPatch, Rfc6902AppendixA) {
     const std::vector<Case> ok = {
         {R"({"foo":"bar"})", R"([{"op":"add","path":"/baz","value":"qux"}])", R"({"baz":"qux","foo":"bar"})"},
