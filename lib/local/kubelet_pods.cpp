@@ -439,6 +439,9 @@ asio::awaitable<void> Core::reap_removed(std::shared_ptr<PodRecord> p) {
         int code = 0;
         co_await wait_exit(p->pidfd, p->pid, code);
     }
+    // A pod removed while starting leaves its run without closing the descriptor.
+    if (p->pidfd >= 0) ::close(p->pidfd);
+    p->pidfd = -1;
     if (shut_down) co_return;
     remove_pod_dir(p);
     if (auto it = pods.find(p->uid); it != pods.end() && it->second == p) pods.erase(it);
