@@ -248,8 +248,10 @@ asio::awaitable<Result<net::AnyStream>> open_through_kubectl(asio::any_io_execut
             std::lock_guard lock(state->mutex);
             state->starting = false;
             if (!started) {
+                // At least a second: a kubectl that just failed to start rarely starts a moment later,
+                // and each attempt is a process.
                 state->backoff =
-                    std::clamp(state->backoff * 2, std::chrono::milliseconds(100), std::chrono::milliseconds(5000));
+                    std::clamp(state->backoff * 2, std::chrono::milliseconds(1000), std::chrono::milliseconds(5000));
                 state->next_start = steady_clock::now() + state->backoff;
                 state->last_failure = started.error().message;
                 co_return fail(started.error());

@@ -277,7 +277,7 @@ TEST_F(ManagerTest, AnAbsoluteTtlEndsEvenASandboxInUse) {
     SandboxManagerOptions o;
     o.scope = "absolute";
     o.idle_ttl = std::nullopt;
-    o.absolute_ttl = 2s;
+    o.absolute_ttl = 4s;  // room for a slow cold start and several turns before it ends
     o.reap_interval = 200ms;
     auto m = manager(o);
     run([&]() -> asio::awaitable<void> {
@@ -298,7 +298,7 @@ TEST_F(ManagerTest, AnAbsoluteTtlEndsEvenASandboxInUse) {
             co_await sleep_for(200ms);
         }
         EXPECT_TRUE(gone) << "the absolute TTL never ended the sandbox";
-        EXPECT_GT(turns, 3);
+        EXPECT_GE(turns, 2) << "the sandbox was not in use when the TTL ended it";
         auto report = co_await m->shutdown();
         EXPECT_TRUE(report.drained);
         EXPECT_TRUE(co_await m->remove("t"));

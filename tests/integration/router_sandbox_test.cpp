@@ -264,17 +264,22 @@ TEST_F(RouterSandboxTest, RouterRestartedMidCommandIsAnErrorAndNothingRunsTwice)
         EXPECT_TRUE(warm);
         std::optional<Result<ExecuteResponse>> first;
         auto long_command = [&]() -> asio::awaitable<void> {
-            first.emplace(co_await sb->execute("echo start >> /app/log; sleep 1; echo end >> /app/log", 20s));
+            first.emplace(co_await sb->execute("echo start >> /app/log; sleep 2; echo end >> /app/log", 20s));
         };
         auto restart = [&]() -> asio::awaitable<void> {
-            co_await test::sleep_for(300ms);
+            // Once the command runs in the pod (a restart before would leave nothing to check).
+            for (int i = 0; i < 200; ++i) {
+                auto seen = co_await sb->execute("cat /app/log 2>/dev/null");
+                if (seen && seen->output == "start\n") break;
+                co_await test::sleep_for(20ms);
+            }
             cluster_->restart_router();
         };
         using namespace asio::experimental::awaitable_operators;
         co_await (long_command() && restart());
         EXPECT_TRUE(first && !*first && (*first).error().code == errc::connection_closed)
             << (first && *first ? (**first).output : (first ? (*first).error().describe() : "no result"));
-        co_await test::sleep_for(1500ms);
+        co_await test::sleep_for(2500ms);
         // The command finished in the pod, once: the call was not replayed.
         auto log = co_await sb->execute("cat /app/log");
         EXPECT_TRUE(log && log->output == "start\nend\n") << (log ? log->output : log.error().describe());

@@ -44,10 +44,15 @@ TEST_F(TunnelChaosTest, AnApiServerRestartFailsTheCallInFlightAndTheTunnelComesB
             asio::co_spawn(
                 io_,
                 [sb, in_flight]() -> asio::awaitable<void> {
-                    *in_flight = co_await sb->execute("echo ran >> /app/count; sleep 1; echo done", 20s);
+                    *in_flight = co_await sb->execute("echo ran >> /app/count; sleep 2; echo done", 20s);
                 },
                 asio::detached);
-            co_await test::sleep_for(300ms);
+            // Cut once the command runs in the pod (a cut before would leave nothing to check).
+            for (int i = 0; i < 200; ++i) {
+                auto seen = co_await sb->execute("cat /app/count 2>/dev/null");
+                if (seen && seen->output == "ran\n") break;
+                co_await test::sleep_for(20ms);
+            }
             cluster_->restart_api_server(500ms);
             for (int i = 0; i < 200 && !in_flight->has_value(); ++i) co_await test::sleep_for(50ms);
             EXPECT_TRUE(in_flight->has_value());

@@ -482,8 +482,11 @@ TEST(LocalApi, Selectors) {
     ASSERT_EQ(bad.status, 400u);
     EXPECT_EQ(str(bad.obj().at("message")), "field label not supported: spec.foo");
     EXPECT_EQ(h.get(std::string(cms) + "?labelSelector=a%20in%20(").status, 400u);
-    // Pods support status.phase; cluster-wide lists see every namespace.
-    ASSERT_EQ(h.post("/api/v1/namespaces/default/pods", pod("p1")).status, 201u);
+    // Pods support status.phase; cluster-wide lists see every namespace. An image the cluster
+    // cannot pull keeps the pod Pending however late the list comes.
+    auto pending = pod("p1");
+    pending["spec"].as_object()["containers"].as_array()[0].as_object()["image"] = "example.invalid/none";
+    ASSERT_EQ(h.post("/api/v1/namespaces/default/pods", pending).status, 201u);
     auto ph = h.get("/api/v1/pods?fieldSelector=status.phase%3DPending");
     ASSERT_EQ(ph.status, 200u);
     EXPECT_EQ(names(ph.obj()), (std::vector<std::string>{"p1"}));
