@@ -125,6 +125,9 @@ struct PoolStatus {
     int active{0};     // claimed or created sandboxes
     int total{0};
     int target{0};
+    // This provider is creating warm sandboxes in the background now (raw mode after claims;
+    // an agent-sandbox pool is filled by the cluster's controller, never by the provider).
+    bool refilling{false};
 };
 
 struct ProviderStats {

@@ -81,8 +81,10 @@ protected:
         return std::make_shared<RawProvider>(client(), po);
     }
 
-    // Deletes every sandbox of the provider's configuration, warm ones too.
+    // Deletes every sandbox of the provider's configuration, warm ones too, once the refills
+    // its claims started are over (one still running would create warm pods after the list).
     asio::awaitable<void> delete_all(RawProvider& p) {
+        co_await wait_refills(p);
         ListSandboxesOptions all;
         all.include_warm = true;
         auto page = co_await p.list(all);
@@ -92,6 +94,15 @@ protected:
             auto d = co_await p.delete_sandbox(i.id);
             EXPECT_TRUE(d) << i.id << ": " << d.error().describe();
         }
+    }
+
+    asio::awaitable<void> wait_refills(RawProvider& p) {
+        for (int i = 0; i < 1200; ++i) {
+            auto s = co_await p.pool_status();
+            if (s && !s->refilling) co_return;
+            co_await sleep_for(100ms);
+        }
+        ADD_FAILURE() << "the warm pool's refill never ended";
     }
 
     asio::awaitable<void> wait_pool(RawProvider& p, int n) {
@@ -270,7 +281,7 @@ TEST_F(RawBindingTest, ReplicasConvergeOnOnePodPerIdWhetherWarmOrCold) {
             }
             EXPECT_GE(warm_served, 1) << "no id was served from the warm pool";
             EXPECT_LT(warm_served, ids) << "more warm pods served than the pool could have had ready";
-            co_await sleep_for(500ms);  // let background refills finish their bookkeeping
+            co_await wait_refills(*b);
             co_await delete_all(*a);
         },
         420s);
@@ -313,7 +324,6 @@ TEST_F(RawBindingTest, ABoundPodDeletedBehindTheProvidersBackIsNeverHandedOutAga
                 auto r = co_await fresh->sandbox->execute("echo alive");
                 EXPECT_TRUE(r && r->output == "alive\n");
             }
-            co_await sleep_for(500ms);
             co_await delete_all(*p);
         },
         240s);
@@ -351,7 +361,6 @@ TEST_F(RawBindingTest, ADeadBoundPodIsReplacedAndSaysSo) {
                 auto b = co_await kc.get(in_default("configmaps", RawProvider::pod_name_for("phoenix")));
                 EXPECT_TRUE(b && at(*b, {"data", "pod"}) == dynamic_cast<PodExecSandbox&>(*fresh->sandbox).pod_name());
             }
-            co_await sleep_for(500ms);
             co_await delete_all(*dying);
         },
         240s);
@@ -467,7 +476,6 @@ TEST_F(RawBindingTest, AClaimedWarmPodIsHandedOutWithItsPolicy) {
                 EXPECT_EQ(at(*np, {"spec", "podSelector", "matchLabels", "kubesandbox.io/sandbox-id"}),
                           at(*pod_obj, {"metadata", "labels", "kubesandbox.io/sandbox-id"}));
             }
-            co_await sleep_for(500ms);
             co_await delete_all(*p);
         },
         240s);
@@ -521,7 +529,6 @@ TEST_F(RawBindingTest, CleanupSweepsStaleBindingsAndClaimsNoBindingNames) {
             auto young = co_await kc.get(in_default("configmaps", "ksb-young"));
             EXPECT_TRUE(young) << "a young binding (acquisition in flight) was swept";
             co_await kc.remove(in_default("configmaps", "ksb-young"));
-            co_await sleep_for(500ms);
             co_await delete_all(*p);
         },
         240s);
@@ -580,7 +587,7 @@ TEST_F(RawBindingTest, ManagersServeThreadsFromTheWarmPool) {
             auto report = co_await a.shutdown(so);
             EXPECT_EQ(report.deleted, static_cast<std::size_t>(threads));
             co_await b.shutdown();
-            co_await sleep_for(500ms);
+            co_await wait_refills(*pb);
             co_await delete_all(*pa);
         },
         300s);

@@ -470,8 +470,15 @@ TEST_F(RawProviderTest, TwoProvidersClaimingFromOneWarmPoolNeverShare) {
                 EXPECT_GE(after->available, 3);  // two providers refilling at once may overshoot
                 EXPECT_GE(after->active, 6);
             }
-            co_await sleep_for(500ms);  // let the refill coroutines finish their bookkeeping
-            // Delete everything of this test (claimed and warm).
+            // Delete everything of this test (claimed and warm) once both refills are over: one still
+            // running would create warm pods after the list.
+            for (auto* p : {a.get(), b.get()}) {
+                for (int i = 0; i < 1200; ++i) {
+                    auto s = co_await p->pool_status();
+                    if (s && !s->refilling) break;
+                    co_await sleep_for(100ms);
+                }
+            }
             ListSandboxesOptions all;
             all.include_warm = true;
             auto page = co_await a->list(all);
@@ -934,10 +941,9 @@ TEST_F(RawProviderTest, LostClaimResponseIsStillOurClaim) {
         // Let the refill finish, then: exactly one active pod of this config.
         for (int i = 0; i < 300; ++i) {
             auto s = co_await p->pool_status();
-            if (s && s->available >= 1) break;
+            if (s && s->available >= 1 && !s->refilling) break;
             co_await sleep_for(200ms);
         }
-        co_await sleep_for(500ms);
         ListSandboxesOptions all;
         all.include_warm = true;
         auto page = co_await p->list(all);
@@ -1341,10 +1347,9 @@ TEST_F(RawProviderTest, WarmPodsOfAnotherConfigAreNeverClaimed) {
             for (auto* p : both)
                 for (int i = 0; i < 300; ++i) {
                     auto s = co_await p->pool_status();
-                    if (s && s->available >= 1) break;
+                    if (s && s->available >= 1 && !s->refilling) break;
                     co_await sleep_for(200ms);
                 }
-            co_await sleep_for(500ms);
             ListSandboxesOptions all;
             all.include_warm = true;
             auto page = co_await a->list(all);

@@ -152,6 +152,10 @@ asio::awaitable<Result<PoolStatus>> RawProvider::pool_status() {
     StatePtr st = state_;
     PoolStatus ps;
     ps.target = st->options.warm_pool_size;
+    {
+        std::lock_guard lock(st->mutex);
+        ps.refilling = st->refilling;
+    }
     auto pods = co_await raw::list_all(st, raw::list_path(st->options), raw::selector_for(st->options));
     if (!pods) co_return fail(pods.error());
     for (const auto& pod : *pods) {
