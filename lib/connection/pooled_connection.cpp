@@ -141,7 +141,8 @@ private:
             return;
         }
         if (failure->is(errc::timeout)) return;
-        backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(100), settings_.open_backoff_max);
+        backoff_ = std::clamp(backoff_ * 2, std::min(settings_.open_backoff_min, settings_.open_backoff_max),
+                              settings_.open_backoff_max);
         retry_at_ = steady_clock::now() + backoff_;
         last_open_error_ = failure->message;
     }

@@ -34,8 +34,10 @@ struct PooledConnectionSettings {
     // connections opened under an older one are closed instead of reused. Unset = never moves.
     std::function<std::uint64_t()> generation{};
     // After an open fails (other than by the request's own deadline), no open is tried for
-    // 100 ms, doubling while they keep failing up to this; requests that need a new connection
-    // meanwhile fail at once with the last error instead of piling onto a dead path. 0 = off.
+    // open_backoff_min, doubling while they keep failing up to open_backoff_max; requests that
+    // need a new connection meanwhile fail at once with the last error instead of piling onto a
+    // dead path. A max of 0 = off.
+    std::chrono::milliseconds open_backoff_min{100};
     std::chrono::milliseconds open_backoff_max{0};
 };
 

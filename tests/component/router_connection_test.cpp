@@ -152,8 +152,9 @@ TEST_F(RouterConnectionTest, FailuresAreTyped) {
     });
 }
 
-// A path that keeps failing is not hammered: opens pause 100 ms, doubling, and the calls in
-// between fail at once with the last error; the first open that works ends the pause.
+// A path that keeps failing is not hammered: opens pause (500 ms here), doubling, and the calls
+// in between fail at once with the last error; the first open that works ends the pause. The
+// pauses are wide so a stalled test process cannot outlast one between two calls.
 TEST_F(RouterConnectionTest, FailedOpensPauseWithBackOff) {
     FakeServer server(io_, [&](const FakeRequest&) { return FakeReply(test::http_response(200, "ok")); });
     int opens = 0;
@@ -161,7 +162,8 @@ TEST_F(RouterConnectionTest, FailedOpensPauseWithBackOff) {
     PooledConnectionSettings settings;
     settings.description = "test path";
     settings.host = "test";
-    settings.open_backoff_max = 400ms;
+    settings.open_backoff_min = 500ms;
+    settings.open_backoff_max = 2000ms;
     const std::string port = server.url().substr(server.url().rfind(':') + 1);
     StreamOpener open = [&](std::chrono::steady_clock::time_point deadline) -> asio::awaitable<Result<net::AnyStream>> {
         ++opens;
@@ -190,17 +192,17 @@ TEST_F(RouterConnectionTest, FailedOpensPauseWithBackOff) {
         EXPECT_TRUE(!paused && paused.error().message.find("refused #1 (not tried again for") != std::string::npos)
             << (paused ? "sent" : paused.error().message);
         EXPECT_EQ(opens, 1);
-        co_await pause(150ms);  // past 100 ms: tried again, fails, pauses 200 ms
+        co_await pause(750ms);  // past 500 ms: tried again, fails, pauses 1 s
         EXPECT_FALSE(co_await attempt());
         EXPECT_EQ(opens, 2);
         EXPECT_FALSE(co_await attempt());
         EXPECT_EQ(opens, 2);
-        co_await pause(250ms);  // past 200 ms: fails again, pauses 400 ms (the cap)
+        co_await pause(1250ms);  // past 1 s: fails again, pauses 2 s (the cap)
         EXPECT_FALSE(co_await attempt());
         EXPECT_EQ(opens, 3);
         EXPECT_FALSE(co_await attempt());
         EXPECT_EQ(opens, 3);
-        co_await pause(450ms);
+        co_await pause(2250ms);
         auto works = co_await attempt();
         EXPECT_TRUE(works && *works == 200u) << (works ? "" : works.error().describe());
         EXPECT_EQ(opens, 4);

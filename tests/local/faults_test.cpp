@@ -165,7 +165,9 @@ TEST(LocalFaults, ExecDroppedMidStream) {
     ASSERT_TRUE(wait_pod(h, "ex", [](const json::object& p) { return phase_of(p) == "Running"; }));
     // Output in small, spaced writes: frames stay far below the budget even on a slow machine
     // (one large first frame would be cut before any of it arrived).
-    const std::string script = "i=0; while [ $i -lt 60 ]; do head -c 1000 /dev/zero; sleep 0.01; i=$((i+1)); done";
+    // 1000 bytes every 50 ms: the budget holds 20 writes, so only a reader stalled for a second
+    // would see the first frame cut whole.
+    const std::string script = "i=0; while [ $i -lt 60 ]; do head -c 1000 /dev/zero; sleep 0.05; i=$((i+1)); done";
 
     FaultRule cut;
     cut.path_contains = "/exec";
