@@ -502,6 +502,11 @@ asio::awaitable<void> Kubelet::serve_exec(StreamRequest request) {
         co_await fail_session(std::string("unable to create pipes: ") + std::strerror(errno));
         co_return;
     }
+    // Checked again: the container may have ended during the handshake, and its pid with it.
+    if (pod->removed || !pod->running()) {
+        co_await fail_session("unable to upgrade connection: " + not_found);
+        co_return;
+    }
     Spawn sp;
     sp.env = pod->plan->env;
     sp.new_session = true;

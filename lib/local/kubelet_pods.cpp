@@ -413,20 +413,23 @@ asio::awaitable<void> Core::watch_storage(std::shared_ptr<PodRecord> p, int rest
 }
 
 asio::awaitable<void> Core::run_grace(std::shared_ptr<PodRecord> p, std::int64_t seconds) {
+    // Nothing running (an image that cannot be pulled, a configuration error, a back-off): the
+    // pod is over at once, as a node reports it, instead of holding its name for the grace period.
+    auto finish_if_idle = [&] {
+        if (p->pid > 0 || p->finished) return;
+        p->finished = true;
+        if (!p->state.contains("terminated")) p->phase = "Failed";
+        publish(p);
+    };
     kill_pod(*p, SIGTERM);
     p->timer.cancel();
+    finish_if_idle();
+    if (p->finished) co_return;
     p->grace_timer.expires_after(std::chrono::seconds(std::max<std::int64_t>(seconds, 0)));
     auto [ec] = co_await p->grace_timer.async_wait(tuple_awaitable);
     if (ec || shut_down || p->removed) co_return;
     kill_pod(*p, SIGKILL);
-    if (p->pid <= 0 && !p->finished) {
-        // Nothing was running (pending, or waiting in back-off).
-        p->finished = true;
-        if (!p->state.contains("terminated")) {
-            p->phase = "Failed";
-        }
-        publish(p);
-    }
+    finish_if_idle();
 }
 
 void Core::remove_pod_dir(const std::shared_ptr<PodRecord>& p) {

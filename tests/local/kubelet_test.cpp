@@ -139,6 +139,18 @@ TEST_F(KubeletTest, DeletionTerminatesGracefully) {
     EXPECT_EQ(container_state(pod).at("terminated").at("exitCode").as_int64(), 128 + 15);
 }
 
+// A pod with nothing running (its image cannot be pulled) has nothing to wait for: deleting it
+// ends it at once, not after its 30 s grace period.
+TEST_F(KubeletTest, DeletingAPodThatNeverRanEndsItAtOnce) {
+    auto pod = start(make_pod("never-ran", "registry.example/nope:1", json::array{"sleep", "infinity"}));
+    ASSERT_TRUE(run_until([&] { return waiting_reason(pod) == "ErrImagePull"; }));
+    auto deleting = pod;
+    deleting["metadata"].as_object()["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+    deleting["metadata"].as_object()["deletionGracePeriodSeconds"] = 30;
+    kubelet_->pod_changed(deleting);
+    ASSERT_TRUE(run_until([&] { return phase(pod) == "Failed"; }, 3s));
+}
+
 TEST_F(KubeletTest, ExecSeparatesStdoutAndStderr) {
     auto pod = running_pod("exec1");
     auto r = exec(pod, {"sh", "-c", "echo out; echo err >&2; pwd; id -u"});
