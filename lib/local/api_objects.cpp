@@ -243,7 +243,8 @@ Response ApiServer::Impl::create(const Request& req, const Route& r) {
     stamp_new(o);
     o["apiVersion"] = t.api_version(t.versions.front());
     o["kind"] = t.kind;
-    if (t.custom) meta["generation"] = 1;
+    // Not through `meta`: adding apiVersion or kind may have moved every member of `o`.
+    if (t.custom) o["metadata"].as_object()["generation"] = 1;
     if (rules.defaults) rules.defaults(*this, o);
     if (dry_run(req)) return json_response(201, present(t, r.version, o));
     auto stored = store.put(t.id(), std::move(o));
@@ -262,6 +263,18 @@ Response ApiServer::Impl::update_object(const Request& req, const Route& r, cons
         return bad_request("the name of the object (" + body_name + ") does not match the name on the URL (" + r.name +
                            ")");
     if (auto mismatch = bind_namespace(t, r, meta)) return *mismatch;
+    // A uid in the body names the object it was read from: Kubernetes treats it as a precondition
+    // on an update (409 when the name now holds another object) and as immutable in a patch.
+    std::string body_uid = string_at(meta, "uid");
+    if (!body_uid.empty() && body_uid != string_at(cur_meta, "uid")) {
+        if (require_rv)
+            return conflict(t, r.name,
+                            "Precondition failed: UID in precondition: " + body_uid +
+                                ", UID in object meta: " + string_at(cur_meta, "uid"));
+        return invalid(
+            t, r.name,
+            {{"FieldValueInvalid", "Invalid value: \"" + body_uid + "\": field is immutable", "metadata.uid"}});
+    }
     std::string rv = string_at(meta, "resourceVersion");
     if (rv.empty() && require_rv && t.custom) {
         return invalid(
@@ -289,13 +302,14 @@ Response ApiServer::Impl::update_object(const Request& req, const Route& r, cons
         if (auto s = current.if_contains("status")) incoming["status"] = *s;
         else incoming.erase("status");
     }
-    auto& m2 = incoming["metadata"].as_object();
     const KindRules& rules = rules_for(t);
     if (rules.on_update) {
         if (auto resp = rules.on_update(r, current, incoming)) return *resp;
     }
     incoming["apiVersion"] = t.api_version(t.versions.front());
     incoming["kind"] = t.kind;
+    // Taken after the last key was added: adding one may move every member of the object.
+    auto& m2 = incoming["metadata"].as_object();
     if (t.custom) {
         const json::value* old_spec = current.if_contains("spec");
         const json::value* new_spec = incoming.if_contains("spec");

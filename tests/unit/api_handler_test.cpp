@@ -235,6 +235,35 @@ TEST_F(ApiHandlerTest, ConflictsOnAStaleResourceVersion) {
     EXPECT_EQ(reason_of(stale), "Conflict");
 }
 
+TEST_F(ApiHandlerTest, AUidInTheBodyMustNameTheStoredObject) {
+    auto created = respond(http::verb::post, "/api/v1/namespaces/default/configmaps",
+                           R"({"metadata":{"name":"cm"},"data":{"k":"1"}})");
+    ASSERT_EQ(created.status, 201u);
+    std::string uid(body_of(created)["metadata"].as_object()["uid"].as_string());
+    auto put = [&](const std::string& with_uid, const std::string& value) {
+        return respond(http::verb::put, "/api/v1/namespaces/default/configmaps/cm",
+                       R"({"metadata":{"name":"cm","uid":")" + with_uid + R"("},"data":{"k":")" + value + R"("}})");
+    };
+    // An update read from an object that has since been replaced under the same name.
+    auto other = put("0b3c1d2e-0000-4000-8000-000000000000", "2");
+    EXPECT_EQ(other.status, 409u);
+    EXPECT_EQ(reason_of(other), "Conflict");
+    EXPECT_NE(std::string(body_of(other)["message"].as_string()).find("Precondition failed: UID in precondition"),
+              std::string::npos);
+    auto unchanged = respond(http::verb::get, "/api/v1/namespaces/default/configmaps/cm");
+    EXPECT_EQ(body_of(unchanged)["data"].as_object()["k"], "1");
+    EXPECT_EQ(put(uid, "3").status, 200u);
+
+    auto patched =
+        respond(http::verb::patch, "/api/v1/namespaces/default/configmaps/cm",
+                R"({"metadata":{"uid":"0b3c1d2e-0000-4000-8000-000000000000"}})", "application/merge-patch+json");
+    EXPECT_EQ(patched.status, 422u);
+    EXPECT_EQ(reason_of(patched), "Invalid");
+    auto after = respond(http::verb::get, "/api/v1/namespaces/default/configmaps/cm");
+    EXPECT_EQ(body_of(after)["metadata"].as_object()["uid"], uid.c_str());
+    EXPECT_EQ(body_of(after)["data"].as_object()["k"], "3");
+}
+
 TEST_F(ApiHandlerTest, UnknownFieldsBecomeWarningsOrErrors) {
     auto warned =
         respond(http::verb::post, "/api/v1/namespaces/default/configmaps", R"({"metadata":{"name":"cm"},"bogus":1})");
