@@ -37,6 +37,19 @@ std::vector<ApiServer::Impl::Dependent> ApiServer::Impl::dependents_of(const std
     return out;
 }
 
+namespace {
+
+// Removes the ownerReferences naming any of `uids`; the field goes when none is left.
+void drop_owner_references(json::object& object, const std::set<std::string>& uids) {
+    auto& meta = object["metadata"].as_object();
+    auto& refs = meta["ownerReferences"].as_array();
+    for (auto it = refs.begin(); it != refs.end();)
+        it = it->is_object() && uids.count(string_at(it->as_object(), "uid")) ? refs.erase(it) : std::next(it);
+    if (refs.empty()) meta.erase("ownerReferences");
+}
+
+}  // namespace
+
 void ApiServer::Impl::collect_dependents(const json::object& owner_meta, const std::string& policy) {
     std::string uid = string_at(owner_meta, "uid");
     std::string ns = string_at(owner_meta, "namespace");
@@ -45,10 +58,7 @@ void ApiServer::Impl::collect_dependents(const json::object& owner_meta, const s
         if (!obj) continue;
         if (policy == "Orphan") {
             json::object copy = *obj;
-            auto& refs = copy["metadata"].as_object()["ownerReferences"].as_array();
-            for (auto it = refs.begin(); it != refs.end();)
-                it = (it->is_object() && string_at(it->as_object(), "uid") == uid) ? refs.erase(it) : std::next(it);
-            if (refs.empty()) copy["metadata"].as_object().erase("ownerReferences");
+            drop_owner_references(copy, {uid});
             store.put(d.type->id(), std::move(copy));
         } else {
             DeleteOptions opts;
@@ -197,16 +207,6 @@ void ApiServer::Impl::purge_namespace(const std::string& name) {
 
 namespace {
 
-// The uids an object's ownerReferences name, in order.
-std::vector<std::string> owner_uids_of(const json::object& o) {
-    std::vector<std::string> out;
-    auto refs = metadata_of(o).if_contains("ownerReferences");
-    if (!refs || !refs->is_array()) return out;
-    for (const auto& r : refs->as_array())
-        if (r.is_object()) out.push_back(string_at(r.as_object(), "uid"));
-    return out;
-}
-
 const ResourceType* owner_type(const json::object& ref) {
     std::string api_version = string_at(ref, "apiVersion");
     auto slash = api_version.find('/');
@@ -221,8 +221,8 @@ const ResourceType* owner_type(const json::object& ref) {
 
 void ApiServer::Impl::notice_owners(const StoreEvent& ev) {
     if (ev.type == "DELETED" || !ev.object) return;
-    auto uids = owner_uids_of(*ev.object);
-    if (uids.empty() || (ev.previous && owner_uids_of(*ev.previous) == uids)) return;
+    auto uids = owner_uids(*ev.object);
+    if (uids.empty() || (ev.previous && owner_uids(*ev.previous) == uids)) return;
     const auto& m = metadata_of(*ev.object);
     owner_checks.insert(ObjectRef{ev.resource, ObjectKey{string_at(m, "namespace"), string_at(m, "name")}});
     if (owner_check_armed || stopping) return;
@@ -265,9 +265,7 @@ void ApiServer::Impl::check_owners() {
             continue;
         }
         json::object copy = *obj;
-        auto& kept = copy["metadata"].as_object()["ownerReferences"].as_array();
-        for (auto it = kept.begin(); it != kept.end();)
-            it = it->is_object() && gone.count(string_at(it->as_object(), "uid")) ? kept.erase(it) : std::next(it);
+        drop_owner_references(copy, gone);
         store.put(t->id(), std::move(copy));
     }
 }

@@ -176,18 +176,6 @@ ObjectPtr Store::remove(const std::string& resource, const ObjectKey& key) {
 
 namespace {
 
-std::vector<std::string> owner_uids(const json::object* o) {
-    std::vector<std::string> out;
-    if (!o) return out;
-    auto m = o->if_contains("metadata");
-    auto refs = m && m->is_object() ? m->as_object().if_contains("ownerReferences") : nullptr;
-    if (!refs || !refs->is_array()) return out;
-    for (const auto& r : refs->as_array())
-        if (auto uid = r.is_object() ? r.as_object().if_contains("uid") : nullptr; uid && uid->is_string())
-            out.emplace_back(uid->as_string());
-    return out;
-}
-
 bool deleting_in_foreground(const json::object* o) {
     if (!o) return false;
     auto m = o->if_contains("metadata");
@@ -199,14 +187,26 @@ bool deleting_in_foreground(const json::object* o) {
 
 }  // namespace
 
+std::vector<std::string> owner_uids(const json::object& o) {
+    std::vector<std::string> out;
+    auto m = o.if_contains("metadata");
+    auto refs = m && m->is_object() ? m->as_object().if_contains("ownerReferences") : nullptr;
+    if (!refs || !refs->is_array()) return out;
+    for (const auto& r : refs->as_array())
+        if (auto uid = r.is_object() ? r.as_object().if_contains("uid") : nullptr; uid && uid->is_string())
+            out.emplace_back(uid->as_string());
+    return out;
+}
+
 void Store::reindex(const ObjectRef& ref, const json::object* before, const json::object* after) {
-    for (const auto& uid : owner_uids(before)) {
+    for (const auto& uid : before ? owner_uids(*before) : std::vector<std::string>{}) {
         auto it = by_owner_.find(uid);
         if (it == by_owner_.end()) continue;
         it->second.erase(ref);
         if (it->second.empty()) by_owner_.erase(it);
     }
-    for (const auto& uid : owner_uids(after)) by_owner_[uid].insert(ref);
+    if (after)
+        for (const auto& uid : owner_uids(*after)) by_owner_[uid].insert(ref);
     if (deleting_in_foreground(after)) foreground_.insert(ref);
     else foreground_.erase(ref);
 }

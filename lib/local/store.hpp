@@ -72,6 +72,9 @@ struct ObjectRef {
     friend auto operator<=>(const ObjectRef&, const ObjectRef&) = default;
 };
 
+// The uids an object's metadata.ownerReferences name, in order; entries without one are skipped.
+std::vector<std::string> owner_uids(const boost::json::object& object);
+
 class Store {
 public:
     explicit Store(std::size_t history_limit = 20000) : history_limit_(history_limit) {}
