@@ -85,7 +85,7 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
     AgentControllerOptions options;
     Logger logger;
     asio::steady_timer wake;
-    std::array<std::map<std::string, json::object>, kind_count> cache;
+    std::array<ObjectCache, kind_count> cache;
     std::vector<std::shared_ptr<ListWatch>> watches;
     bool dirty = true;
     bool stopped = false;
@@ -131,9 +131,7 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
             if (!created.error().is(errc::already_exists)) log("create " + p.str() + ": " + created.error().describe());
             co_return nullptr;
         }
-        std::string key = object_key(*created);
-        cache[k][key] = std::move(*created);
-        co_return &cache[k][key];
+        co_return cache[k].remember(std::move(*created));
     }
 
     asio::awaitable<const json::object*> patch(Kind k, const std::string& key, json::object body, bool status) {
@@ -146,8 +144,7 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
                 log("patch " + p.str() + ": " + patched.error().describe());
             co_return nullptr;
         }
-        cache[k][key] = std::move(*patched);
-        co_return &cache[k][key];
+        co_return cache[k].remember(std::move(*patched));
     }
 
     asio::awaitable<void> remove(Kind k, const std::string& key) {
@@ -233,8 +230,7 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
         if (slash == std::string::npos || slash + 1 == key.size()) co_return nullptr;
         auto got = co_await client.get(object_path(k, key.substr(0, slash), key.substr(slash + 1)));
         if (!got) co_return nullptr;
-        cache[k][key] = std::move(*got);
-        co_return &cache[k][key];
+        co_return cache[k].remember(std::move(*got));
     }
 
     // The template a claim needs (its own, or its pool's).

@@ -48,7 +48,7 @@ struct EndpointsController::Impl : std::enable_shared_from_this<Impl> {
     KubeClient client;
     Logger logger;
     asio::steady_timer wake;
-    std::array<std::map<std::string, json::object>, kind_count> cache;
+    std::array<ObjectCache, kind_count> cache;
     std::vector<std::shared_ptr<ListWatch>> watches;
     bool dirty = true;
     bool stopped = false;
@@ -107,7 +107,7 @@ struct EndpointsController::Impl : std::enable_shared_from_this<Impl> {
             if (!exists) {
                 auto made = co_await client.create(p, slice);
                 if (made) {
-                    cache[slices][key] = std::move(*made);
+                    cache[slices].remember(std::move(*made));
                     continue;
                 }
                 if (!made.error().is(errc::already_exists)) {
@@ -119,7 +119,7 @@ struct EndpointsController::Impl : std::enable_shared_from_this<Impl> {
             json::object change{{"endpoints", slice["endpoints"]}, {"ports", slice["ports"]}};
             auto patched = co_await client.patch(p, json::value(std::move(change)), PatchType::merge);
             if (patched) {
-                cache[slices][key] = std::move(*patched);
+                cache[slices].remember(std::move(*patched));
             } else if (!patched.error().is(errc::not_found)) {
                 log("update " + key + ": " + patched.error().describe());
             }

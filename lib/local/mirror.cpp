@@ -7,6 +7,8 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <charconv>
+
 namespace kubesandbox::local {
 
 namespace asio = boost::asio;
@@ -14,6 +16,48 @@ namespace asio = boost::asio;
 std::string object_key(const boost::json::object& o) {
     const auto& md = util::metadata_of(o);
     return util::string_at(md, "namespace") + "/" + util::string_at(md, "name");
+}
+
+namespace {
+
+// The emulator's resourceVersions are decimal counters; 0 when one is missing or not a number.
+std::uint64_t version_of(const boost::json::object& o) {
+    std::string rv = util::string_at(util::metadata_of(o), "resourceVersion");
+    std::uint64_t v = 0;
+    auto [end, ec] = std::from_chars(rv.data(), rv.data() + rv.size(), v);
+    return ec == std::errc() && end == rv.data() + rv.size() ? v : 0;
+}
+
+// Deletions remembered at most; the oldest go first (a response that old is long answered).
+constexpr std::size_t max_deletions = 4096;
+
+}  // namespace
+
+const boost::json::object* ObjectCache::remember(boost::json::object object) {
+    std::string key = object_key(object);
+    const std::uint64_t version = version_of(object);
+    if (auto gone = deleted_.find(key); gone != deleted_.end() && (version == 0 || version <= gone->second))
+        return nullptr;
+    auto [it, inserted] = try_emplace(key);
+    if (inserted || version == 0 || version > version_of(it->second)) it->second = std::move(object);
+    return &it->second;
+}
+
+void ObjectCache::apply(bool deleted, boost::json::object object) {
+    std::string key = object_key(object);
+    if (!deleted) {
+        deleted_.erase(key);
+        insert_or_assign(key, std::move(object));
+        return;
+    }
+    erase(key);
+    deleted_[key] = version_of(object);
+    if (deleted_.size() > max_deletions) {
+        auto oldest = deleted_.begin();
+        for (auto d = deleted_.begin(); d != deleted_.end(); ++d)
+            if (d->second < oldest->second) oldest = d;
+        deleted_.erase(oldest);
+    }
 }
 
 asio::awaitable<void> mirror(std::shared_ptr<void> owner, std::shared_ptr<ListWatch> watch, ObjectCache& cache,
@@ -28,12 +72,7 @@ asio::awaitable<void> mirror(std::shared_ptr<void> owner, std::shared_ptr<ListWa
             continue;
         }
         if (event->type == WatchEvent::Type::bookmark || event->type == WatchEvent::Type::error) continue;
-        std::string key = object_key(event->object);
-        if (event->type == WatchEvent::Type::deleted) {
-            cache.erase(key);
-        } else {
-            cache[key] = std::move(event->object);
-        }
+        cache.apply(event->type == WatchEvent::Type::deleted, std::move(event->object));
         changed();
     }
     (void)owner;

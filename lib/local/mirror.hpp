@@ -9,6 +9,7 @@
 #include <boost/json/object.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -16,7 +17,21 @@
 
 namespace kubesandbox::local {
 
-using ObjectCache = std::map<std::string, boost::json::object>;
+// One collection (namespace/name -> object) as a controller sees it. Its watch keeps it current;
+// what a controller's own requests return is stored too, so it reads its writes at once, but
+// never over a newer state the watch delivered, nor after the watch saw the object deleted: the
+// watch would not delete it a second time, and the entry would stay a ghost.
+class ObjectCache : public std::map<std::string, boost::json::object> {
+public:
+    // Stores an object a request returned, unless the watch has shown a newer state or its
+    // deletion; returns what the cache now holds under its key (nullptr when deleted).
+    const boost::json::object* remember(boost::json::object object);
+    // A watch event: ADDED and MODIFIED store the object, DELETED erases it.
+    void apply(bool deleted, boost::json::object object);
+
+private:
+    std::map<std::string, std::uint64_t> deleted_;  // key -> resourceVersion of its deletion
+};
 
 // "namespace/name" of an object.
 std::string object_key(const boost::json::object& o);
