@@ -257,6 +257,68 @@ TEST_F(AgentSandboxTest, ASandboxWithAServiceIsReachedThroughItsServiceAndReport
     });
 }
 
+// A template whose pods never pass their readiness probe (nothing listens on port 9): its
+// claims stay pending until they are deleted or the caller gives up.
+json::object never_ready_template() {
+    json::object container{
+        {"name", "runtime"},
+        {"image", "busybox-runtime"},
+        {"readinessProbe", json::object{{"tcpSocket", json::object{{"port", 9}}}, {"periodSeconds", 1}}}};
+    return json::object{
+        {"apiVersion", "extensions.agents.x-k8s.io/v1beta1"},
+        {"kind", "SandboxTemplate"},
+        {"metadata", json::object{{"name", "never-ready"}}},
+        {"spec",
+         json::object{{"podTemplate", json::object{{"spec", json::object{{"containers", json::array{container}}}}}}}}};
+}
+
+json::object never_ready_pool() {
+    return json::object{
+        {"apiVersion", "extensions.agents.x-k8s.io/v1beta1"},
+        {"kind", "SandboxWarmPool"},
+        {"metadata", json::object{{"name", "never-ready"}}},
+        {"spec", json::object{{"replicas", 0}, {"sandboxTemplateRef", json::object{{"name", "never-ready"}}}}}};
+}
+
+// The claim's watch loses its history (410) and the claim is deleted around the time the
+// provider watches again: the deletion is seen at once (a fresh watch alone starts from what
+// exists and would wait for the whole ready timeout).
+TEST_F(AgentSandboxTest, AClaimDeletedWhileItsWatchIsReestablishedFailsAtOnce) {
+    using namespace boost::asio::experimental::awaitable_operators;
+    run([&]() -> asio::awaitable<void> {
+        auto kube = client();
+        ResourcePath templates{"extensions.agents.x-k8s.io", "v1beta1", "sandboxtemplates", "default", ""};
+        ResourcePath pools{"extensions.agents.x-k8s.io", "v1beta1", "sandboxwarmpools", "default", ""};
+        ResourcePath claims{"extensions.agents.x-k8s.io", "v1beta1", "sandboxclaims", "default", ""};
+        EXPECT_TRUE(co_await kube.create(templates, never_ready_template()));
+        EXPECT_TRUE(co_await kube.create(pools, never_ready_pool()));
+        auto options = busybox();
+        options.warm_pool = "never-ready";
+        auto p = provider(options);  // ready timeout 60 s
+        const std::string claim = AgentSandboxProvider::claim_name_for("deleted-in-gap");
+        auto acquire = [&]() -> asio::awaitable<Result<Acquisition>> {
+            GetOrCreateOptions o;
+            o.sandbox_id = "deleted-in-gap";
+            co_return co_await p->acquire(o);
+        };
+        auto expire_and_delete = [&]() -> asio::awaitable<void> {
+            for (int i = 0; i < 500; ++i) {
+                if (co_await claims_named(claim) != 0) break;
+                co_await test::sleep_for(20ms);
+            }
+            co_await test::sleep_for(200ms);  // the provider is watching by now
+            cluster_->expire_watches();
+            EXPECT_TRUE(co_await kube.remove(claims.with_name(claim)));
+        };
+        auto begun = std::chrono::steady_clock::now();
+        auto a = co_await (acquire() && expire_and_delete());
+        EXPECT_TRUE(!a && a.error().code == errc::sandbox_lost) << (a ? "acquired" : a.error().describe());
+        EXPECT_LT(std::chrono::steady_clock::now() - begun, 20s);
+        co_await kube.remove(pools.with_name("never-ready"));
+        co_await kube.remove(templates.with_name("never-ready"));
+    });
+}
+
 TEST_F(AgentSandboxTest, TwoProvidersAskingForOneThreadShareOneClaim) {
     auto p1 = provider(busybox());
     auto p2 = provider(busybox());

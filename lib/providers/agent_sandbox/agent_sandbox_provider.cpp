@@ -146,14 +146,34 @@ std::unique_ptr<Sandbox> make_sandbox(const StatePtr& st, const std::string& cla
     return std::make_unique<RouterSandbox>(connection, std::move(r));
 }
 
-// Waits with one watch (re-established from the last resourceVersion, from scratch after 410)
+// Waits with one watch (re-established from the last resourceVersion, after one read on 410)
 // until the claim is ready, has failed for good, or the deadline passes.
 asio::awaitable<Result<ClaimState>> wait_ready(StatePtr st, std::string claim, std::string resource_version,
                                                steady_clock::time_point deadline) {
     ResourcePath path = agent_sandbox::claims_path(st->options);
+    auto deleted = [] {
+        ClaimState gone;
+        gone.kind = ClaimState::Kind::failed;
+        gone.reason = "ClaimDeleted";
+        gone.message = "the claim was deleted while waiting for it";
+        return gone;
+    };
+    bool read_again = false;  // the watch's history is gone: read the claim, then watch from there
     while (true) {
         auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - steady_clock::now());
         if (left.count() <= 0) co_return fail(errc::startup_timeout, "sandbox claim " + claim + " not ready in time");
+        if (read_again) {
+            // A deletion in the gap would never be seen by a fresh watch: it starts from what exists.
+            auto current = co_await st->client.get(path.with_name(claim));
+            if (!current) {
+                if (current.error().is(errc::not_found)) co_return deleted();
+                co_return fail(current.error());
+            }
+            auto state = agent_sandbox::evaluate_claim(*current);
+            if (state.kind != ClaimState::Kind::pending) co_return state;
+            resource_version = string_at(metadata_of(*current), "resourceVersion");
+            read_again = false;
+        }
         WatchOptions w;
         w.field_selector = "metadata.name=" + claim;
         w.resource_version = resource_version;
@@ -162,7 +182,7 @@ asio::awaitable<Result<ClaimState>> wait_ready(StatePtr st, std::string claim, s
         auto stream = co_await st->client.watch(path, w);
         if (!stream) {
             if (stream.error().is(errc::gone) || stream.error().is(errc::expired)) {
-                resource_version.clear();
+                read_again = true;
                 continue;
             }
             co_return fail(stream.error());
@@ -170,7 +190,7 @@ asio::awaitable<Result<ClaimState>> wait_ready(StatePtr st, std::string claim, s
         while (true) {
             auto event = co_await stream->next();
             if (!event) {
-                if (event.error().is(errc::gone) || event.error().is(errc::expired)) resource_version.clear();
+                if (event.error().is(errc::gone) || event.error().is(errc::expired)) read_again = true;
                 if (event.error().is(errc::timeout) && steady_clock::now() >= deadline)
                     co_return fail(errc::startup_timeout, "sandbox claim " + claim + " not ready in time");
                 break;  // re-watch
@@ -178,31 +198,25 @@ asio::awaitable<Result<ClaimState>> wait_ready(StatePtr st, std::string claim, s
             if (!*event) break;  // the server ended the watch
             const WatchEvent& ev = **event;
             if (ev.type == WatchEvent::Type::error) {
-                resource_version.clear();
+                read_again = true;
                 break;
             }
-            if (ev.type == WatchEvent::Type::bookmark) {
-                resource_version = string_at(metadata_of(ev.object), "resourceVersion");
-                continue;
-            }
             resource_version = string_at(metadata_of(ev.object), "resourceVersion");
-            if (ev.type == WatchEvent::Type::deleted) {
-                ClaimState gone;
-                gone.kind = ClaimState::Kind::failed;
-                gone.reason = "ClaimDeleted";
-                gone.message = "the claim was deleted while waiting for it";
-                co_return gone;
-            }
+            if (ev.type == WatchEvent::Type::bookmark) continue;
+            if (ev.type == WatchEvent::Type::deleted) co_return deleted();
             auto state = agent_sandbox::evaluate_claim(ev.object);
             if (state.kind != ClaimState::Kind::pending) co_return state;
         }
     }
 }
 
-asio::awaitable<void> delete_quietly(StatePtr st, std::string claim) {
+// Deletes the claim `uid` names: a claim made again under its name by another caller meanwhile stays.
+asio::awaitable<void> delete_quietly(StatePtr st, std::string claim, std::string uid) {
     ResourcePath p = agent_sandbox::claims_path(st->options);
     p.name = claim;
-    co_await st->client.remove(p);
+    DeleteOptions options;
+    options.precondition_uid = std::move(uid);
+    co_await st->client.remove(p, std::move(options));
 }
 
 // Ours: managed by kubesandbox and, when asked for by caller id, made for that id.
@@ -246,6 +260,7 @@ asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOp
     SandboxOrigin origin = SandboxOrigin::existing;
     bool created_here = false;
     std::string resource_version;
+    std::string claim_uid;
 
     for (int round = 0; round < 3; ++round) {
         auto existing = co_await st->client.get(path.with_name(claim));
@@ -263,7 +278,7 @@ asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOp
             if (state.kind == ClaimState::Kind::failed) {
                 if (!request.create_if_missing)
                     co_return fail(errc::not_found, "sandbox " + id + " is gone (" + state.reason + ")");
-                co_await delete_quietly(st, claim);
+                co_await delete_quietly(st, claim, string_at(metadata_of(*existing), "uid"));
                 // Wait for the old claim to leave before making a new one under its name.
                 asio::steady_timer timer(co_await asio::this_coro::executor);
                 while (steady_clock::now() < deadline) {
@@ -290,6 +305,7 @@ asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOp
             created_here = true;
             if (origin != SandboxOrigin::replaced) origin = SandboxOrigin::created;
             resource_version = string_at(metadata_of(*made), "resourceVersion");
+            claim_uid = string_at(metadata_of(*made), "uid");
         } else {
             co_return fail(existing.error());
         }
@@ -297,7 +313,7 @@ asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOp
         auto state = co_await wait_ready(st, claim, resource_version, deadline);
         if (!state || state->kind != ClaimState::Kind::ready) {
             // A claim this call made and that never became usable is not left behind.
-            if (created_here) co_await delete_quietly(st, claim);
+            if (created_here) co_await delete_quietly(st, claim, claim_uid);
             if (!state) co_return fail(state.error());
             co_return fail(claim_error(*state, claim));
         }
