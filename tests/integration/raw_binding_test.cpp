@@ -216,6 +216,58 @@ TEST_F(RawBindingTest, ACallerIdIsServedByAWarmPodThroughItsBinding) {
         240s);
 }
 
+// A claim whose answer is lost, and the read after it fails too: the caller is served by a
+// sandbox of its own, and the warm pod that claim took is released on the side instead of
+// idling as a second sandbox for the id.
+TEST_F(RawBindingTest, AWarmPodTakenByAClaimWhoseAnswerWasLostIsReleased) {
+    auto p = provider(1);
+    run(
+        [&]() -> asio::awaitable<void> {
+            auto filled = co_await p->ensure_warm_pool();
+            EXPECT_TRUE(filled) << filled.error().describe();
+            co_await wait_pool(*p, 1);
+            auto kc = client();
+            ListOptions lo;
+            lo.label_selector = std::string(keys::pool_status) + "=warm";
+            auto warm = co_await kc.list(in_default("pods"), lo);
+            EXPECT_TRUE(warm && warm->items.size() == 1);
+            if (!warm || warm->items.size() != 1) co_return;
+            const std::string warm_pod = at(warm->items[0].as_object(), {"metadata", "name"});
+
+            FaultRule lose_answer;  // applied, then the connection dies mid-body
+            lose_answer.path_contains = "/pods/" + warm_pod;
+            lose_answer.method = "PATCH";
+            lose_answer.action = FaultRule::Action::drop_mid_body;
+            FaultRule unreadable;
+            unreadable.path_contains = "/pods/" + warm_pod;
+            unreadable.method = "GET";
+            unreadable.count = -1;
+            cluster_->add_fault(lose_answer);
+            cluster_->add_fault(unreadable);
+            GetOrCreateOptions o;
+            o.sandbox_id = "lost-claim";
+            auto got = co_await p->acquire(o);
+            cluster_->clear_faults();
+            EXPECT_TRUE(got) << got.error().describe();
+            if (got) {
+                EXPECT_EQ(got->origin, SandboxOrigin::created);
+                auto* sb = dynamic_cast<PodExecSandbox*>(got->sandbox.get());
+                EXPECT_TRUE(sb && sb->pod_name() != warm_pod);
+            }
+            bool released = false;
+            for (int i = 0; i < 300 && !released; ++i) {
+                auto pod = co_await kc.get(in_default("pods", warm_pod));
+                released = (!pod && pod.error().is(errc::not_found)) ||
+                           (pod && !at(*pod, {"metadata", "deletionTimestamp"}).empty());
+                if (!released) co_await sleep_for(100ms);
+            }
+            EXPECT_TRUE(released) << "the warm pod the lost claim took was left";
+            EXPECT_EQ((co_await pods_serving("lost-claim")).size(), 1u);
+            co_await delete_all(*p);
+        },
+        240s);
+}
+
 TEST_F(RawBindingTest, ReplicasConvergeOnOnePodPerIdWhetherWarmOrCold) {
     // Fewer warm pods than ids: some ids get warm pods, the rest are created cold, and two
     // providers (replicas) race on every id.

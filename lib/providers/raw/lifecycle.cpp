@@ -72,16 +72,22 @@ asio::awaitable<void> release_policy(StatePtr st, const std::string& ns, const s
                     " failed: " + r.error().describe());
 }
 
-asio::awaitable<void> remove_created(StatePtr st, std::string ns, std::string name, bool pod, bool np, bool nspace) {
+// Removes what a creation made. The pod goes by its uid (`known_pod_uid`, or the one read here for
+// a random name, which is nobody else's), so a pod another caller made again under the name stays.
+asio::awaitable<void> remove_created(StatePtr st, std::string ns, std::string name, bool pod, bool np, bool nspace,
+                                     std::string known_pod_uid = {}) {
     const Logger& log = st->options.logger;
     std::optional<std::string> pod_uid;
     if (pod) {
         const ResourcePath pod_path = pods_path(ns).with_name(name);
-        if (auto cur = co_await st->client.get(pod_path)) pod_uid = string_at(metadata_of(*cur), "uid");
+        if (!known_pod_uid.empty()) pod_uid = known_pod_uid;
+        else if (auto cur = co_await st->client.get(pod_path)) pod_uid = string_at(metadata_of(*cur), "uid");
         DeleteOptions o;
+        if (pod_uid) o.precondition_uid = *pod_uid;
         o.grace_period_seconds = st->options.delete_grace_period.count();
         auto r = co_await st->client.remove(pod_path, std::move(o));
-        if (!r && !r.error().is(errc::not_found))
+        // Conflict: the name holds another caller's pod by now, which is not ours to remove.
+        if (!r && !r.error().is(errc::not_found) && !r.error().is(errc::conflict))
             log.warning("cleanup of pod " + ns + "/" + name + " failed: " + r.error().describe());
     }
     if (pod || np) co_await release_policy(st, ns, name, pod_uid);
@@ -350,14 +356,14 @@ asio::awaitable<Result<CreateOutcome>> create_steps(StatePtr st, std::string nam
     auto ready = co_await wait_ready(st, ns, name, std::move(initial), deadline, outcome.adopted);
     if (!ready) {
         Error e = ready.error();
-        if (ours) co_await remove_created(st, ns, name, true, true, created_ns);
+        if (ours) co_await remove_created(st, ns, name, true, true, created_ns, uid);
         co_return fail(std::move(e));
     }
     // Fail-closed even if a racing creator removed the policy after its own failure, and for an
     // adopted pod whose policy someone deleted.
     if (auto np = co_await ensure_network_policy(st, ns, name, idt.label, uid); !np) {
         Error e = np.error();
-        if (!outcome.adopted) co_await remove_created(st, ns, name, true, true, created_ns);
+        if (!outcome.adopted) co_await remove_created(st, ns, name, true, true, created_ns, uid);
         co_return fail(std::move(e));
     }
     if (outcome.adopted) co_return outcome;
@@ -366,7 +372,7 @@ asio::awaitable<Result<CreateOutcome>> create_steps(StatePtr st, std::string nam
         auto setup = co_await run_setup(st, ns, name, idt.id);
         if (!setup) {
             Error e = setup.error();
-            co_await remove_created(st, ns, name, true, true, created_ns);
+            co_await remove_created(st, ns, name, true, true, created_ns, uid);
             co_return fail(std::move(e));
         }
     }

@@ -7,8 +7,11 @@
 #include "util/random.hpp"
 #include "util/time_format.hpp"
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 namespace kubesandbox::raw {
 
@@ -59,6 +62,26 @@ asio::awaitable<Result<std::optional<ClaimedPod>>> with_policy(StatePtr st, Clai
     if (!d && !d.error().is(errc::not_found))
         st->options.logger.warning("claimed warm pod " + claimed.name + " not released: " + d.error().describe());
     co_return fail(np.error());
+}
+
+// A claim whose outcome could not be learned (its answer lost or a 409 to its replay, and the
+// read after it failed): the caller makes a sandbox of its own, so a pod this claim may have taken would be a
+// second one nobody uses. Read back a few times on the side; deleted when the token is ours.
+asio::awaitable<void> release_if_claimed(StatePtr st, std::string ns, std::string name, std::string token) {
+    asio::steady_timer timer(st->client.get_executor());
+    for (int attempt = 0; attempt < 6; ++attempt) {
+        timer.expires_after(std::chrono::milliseconds(250) * (1 << attempt));
+        co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        auto pod = co_await st->client.get(pods_path(ns).with_name(name));
+        if (!pod && pod.error().is(errc::not_found)) co_return;
+        if (!pod) continue;
+        if (!claimed_by(*pod, token)) co_return;  // not taken by this claim
+        const auto& m = metadata_of(*pod);
+        auto removed = co_await delete_objects(st, ns, name, std::nullopt, false, string_at(m, "resourceVersion"));
+        if (removed || removed.error().is(errc::not_found) || removed.error().is(errc::conflict)) co_return;
+    }
+    st->options.logger.warning("warm pod " + ns + "/" + name +
+                               " may be claimed by a request whose answer was lost; cleanup will remove it");
 }
 
 }  // namespace
@@ -160,6 +183,10 @@ asio::awaitable<Result<std::optional<ClaimedPod>>> claim_warm(StatePtr st,
             ClaimedPod got{ns, name, uid};
             co_return co_await with_policy(st, std::move(got), idt->label);
         }
+        // Unread, this claim may have gone through: a 409 can answer the replay of our own PATCH.
+        if (!now_pod && !now_pod.error().is(errc::not_found) &&
+            (r.error().is(errc::conflict) || r.error().outcome_unknown()))
+            asio::co_spawn(st->client.get_executor(), release_if_claimed(st, ns, name, token), asio::detached);
         if (r.error().is(errc::conflict)) continue;  // someone else got it: take the next
         co_return fail(r.error());
     }
