@@ -103,11 +103,11 @@ asio::awaitable<void> write_status(net::AnyStream& stream, unsigned version, uns
 // ---------------------------------------------------------------------------------------------
 // Connecting inside the pod's network namespace
 
-// A socket created in the network namespace of `pod_pid` (0: ours). setns runs in a short-lived
-// thread so the executor's thread never changes namespace; a socket stays in the namespace it
-// was created in, so connecting it afterwards from here reaches the pod's loopback.
-Result<int> socket_in_netns(int pod_pid, int family) {
-    if (pod_pid == 0) {
+// A socket created in the network namespace `ns_fd` refers to (-1: ours). setns runs in a
+// short-lived thread so the executor's thread never changes namespace; a socket stays in the
+// namespace it was created in, so connecting it afterwards from here reaches the pod's loopback.
+Result<int> socket_in_netns(int ns_fd, int family) {
+    if (ns_fd < 0) {
         int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0) return fail(make_error(error_code(errno, boost::system::system_category()), "socket"));
         return fd;
@@ -116,20 +116,11 @@ Result<int> socket_in_netns(int pod_pid, int family) {
     const char* what = "";
     try {
         std::thread worker([&] {
-            std::string path = "/proc/" + std::to_string(pod_pid) + "/ns/net";
-            int ns = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-            if (ns < 0) {
-                err = errno;
-                what = "open network namespace";
-                return;
-            }
-            if (::setns(ns, CLONE_NEWNET) != 0) {
+            if (::setns(ns_fd, CLONE_NEWNET) != 0) {
                 err = errno;
                 what = "setns";
-                ::close(ns);
                 return;
             }
-            ::close(ns);
             fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
             if (fd < 0) {
                 err = errno;
@@ -151,9 +142,9 @@ std::string go_error_text(const error_code& ec) {
     return m;
 }
 
-asio::awaitable<Result<tcp::socket>> connect_one(asio::any_io_executor ex, int pod_pid, bool v6, std::uint16_t port) {
+asio::awaitable<Result<tcp::socket>> connect_one(asio::any_io_executor ex, int ns_fd, bool v6, std::uint16_t port) {
     std::string dial = v6 ? "dial tcp6 [::1]:" + std::to_string(port) : "dial tcp4 127.0.0.1:" + std::to_string(port);
-    auto fd = socket_in_netns(pod_pid, v6 ? AF_INET6 : AF_INET);
+    auto fd = socket_in_netns(ns_fd, v6 ? AF_INET6 : AF_INET);
     if (!fd)
         co_return fail_ec(fd.error().code, dial + ": " + fd.error().message + ": " + go_error_text(fd.error().code));
     tcp::socket sock(ex);
@@ -174,14 +165,23 @@ asio::awaitable<Result<tcp::socket>> connect_one(asio::any_io_executor ex, int p
 }  // namespace
 
 // Connects to localhost:<port> in the pod like the kubelet: IPv4 first, then IPv6.
-asio::awaitable<Result<tcp::socket>> connect_in_pod(asio::any_io_executor ex, int pod_pid, std::uint16_t port) {
-    auto v4 = co_await connect_one(ex, pod_pid, false, port);
+asio::awaitable<Result<tcp::socket>> connect_in_pod(asio::any_io_executor ex, PodNetwork network, std::uint16_t port) {
+    const int ns_fd = network.fd();
+    auto v4 = co_await connect_one(ex, ns_fd, false, port);
     if (v4) co_return std::move(*v4);
-    auto v6 = co_await connect_one(ex, pod_pid, true, port);
+    auto v6 = co_await connect_one(ex, ns_fd, true, port);
     if (v6) co_return std::move(*v6);
     co_return fail_ec(v4.error().code, "failed to connect to localhost:" + std::to_string(port) +
                                            " inside the pod network namespace, IPv4: " + v4.error().message + " IPv6 " +
                                            v6.error().message);
+}
+
+asio::awaitable<Result<tcp::socket>> connect_in_pod(asio::any_io_executor ex, int pod_pid, std::uint16_t port) {
+    auto network = PodNetwork::of_process(pod_pid);
+    if (!network)
+        co_return fail_ec(network.error().code, "failed to connect to localhost:" + std::to_string(port) +
+                                                    " inside the pod network namespace: " + network.error().message);
+    co_return co_await connect_in_pod(std::move(ex), std::move(*network), port);
 }
 
 PodRef pod_ref(const boost::json::object& pod) {
@@ -289,12 +289,12 @@ namespace {
 class ChannelSession : public std::enable_shared_from_this<ChannelSession> {
 public:
     ChannelSession(asio::any_io_executor ex, std::unique_ptr<WsTransport> transport, std::vector<std::uint16_t> ports,
-                   int pod_pid, PodRef pod)
+                   PodNetwork network, PodRef pod)
         : ex_(ex),
           transport_(std::move(transport)),
           outbox_(ex, *transport_, false),
           ports_(std::move(ports)),
-          pod_pid_(pod_pid),
+          network_(std::move(network)),
           pod_(std::move(pod)),
           active_(ports_.size()) {
         for (std::size_t i = 0; i < ports_.size(); ++i) upstreams_.push_back(std::make_shared<Upstream>(ex));
@@ -333,7 +333,7 @@ private:
 
     static asio::awaitable<void> forward(std::shared_ptr<ChannelSession> self, std::size_t i) {
         auto up = self->upstreams_[i];
-        auto sock = co_await connect_in_pod(self->ex_, self->pod_pid_, self->ports_[i]);
+        auto sock = co_await connect_in_pod(self->ex_, self->network_, self->ports_[i]);
         if (!sock) {
             self->outbox_.push(proto::encode_channel_frame(
                 proto::port_forward_error_channel(i), self->pod_.forward_error(self->ports_[i], sock.error().message)));
@@ -368,7 +368,7 @@ private:
     std::unique_ptr<WsTransport> transport_;
     Outbox outbox_;
     std::vector<std::uint16_t> ports_;
-    int pod_pid_;
+    PodNetwork network_;
     PodRef pod_;
     std::size_t active_;
     std::vector<std::shared_ptr<Upstream>> upstreams_;
@@ -423,17 +423,38 @@ namespace kubesandbox::local {
 
 using namespace port_forward_detail;
 
+Result<PodNetwork> PodNetwork::of_process(int pid) {
+    PodNetwork network;
+    if (pid == 0) return network;
+    std::string path = "/proc/" + std::to_string(pid) + "/ns/net";
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fail(make_error(error_code(errno, boost::system::system_category()), "open network namespace " + path));
+    network.fd_ = std::shared_ptr<const int>(new int(fd), [](const int* p) {
+        ::close(*p);
+        delete p;
+    });
+    return network;
+}
+
 asio::awaitable<void> serve_port_forward(StreamRequest request, int pod_pid) {
     auto ex = request.stream.get_executor();
     unsigned version = request.request.version();
     PodRef pod = pod_ref(request.pod);
+    // Opened once: every connection of this session goes to this pod, however long it lasts.
+    auto network = PodNetwork::of_process(pod_pid);
+    if (!network) {
+        co_await write_status(request.stream, version, 500, "InternalError",
+                              "unable to forward to pod " + pod.name + ": " + network.error().message);
+        co_return;
+    }
 
     if (websocket::is_upgrade(request.request)) {
         auto offered = header_tokens(request.request, "Sec-WebSocket-Protocol");
         if (has_token(offered, tunnel_subprotocol)) {
             auto t = std::make_unique<WsTransport>(std::move(request.stream));
             if (!co_await accept_websocket(*t, request, std::string(tunnel_subprotocol))) co_return;
-            co_await run_spdy_session(ex, std::move(t), pod_pid, pod);
+            co_await run_spdy_session(ex, std::move(t), std::move(*network), pod);
             co_return;
         }
         std::string chosen = choose_channel_subprotocol(offered);
@@ -450,7 +471,7 @@ asio::awaitable<void> serve_port_forward(StreamRequest request, int pod_pid) {
         }
         auto t = std::make_unique<WsTransport>(std::move(request.stream));
         if (!co_await accept_websocket(*t, request, chosen)) co_return;
-        auto session = std::make_shared<ChannelSession>(ex, std::move(t), std::move(*ports), pod_pid, pod);
+        auto session = std::make_shared<ChannelSession>(ex, std::move(t), std::move(*ports), std::move(*network), pod);
         co_await session->run();
         co_return;
     }
@@ -482,7 +503,7 @@ asio::awaitable<void> serve_port_forward(StreamRequest request, int pod_pid) {
     }
     std::string prefetched = beast::buffers_to_string(request.buffer.data());
     auto t = std::make_unique<RawTransport>(std::move(request.stream), std::move(prefetched));
-    co_await run_spdy_session(ex, std::move(t), pod_pid, pod);
+    co_await run_spdy_session(ex, std::move(t), std::move(*network), pod);
 }
 
 }  // namespace kubesandbox::local

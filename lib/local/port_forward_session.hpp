@@ -4,6 +4,8 @@
 // point; port_forward_spdy.cpp the SPDY/3.1 session.
 #pragma once
 
+#include "local/port_forward.hpp"
+
 #include <kubesandbox/error.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -59,9 +61,6 @@ struct PodRef {
 };
 
 PodRef pod_ref(const boost::json::object& pod);
-
-// A TCP connection to 127.0.0.1:<port> (or [::1]) inside the network namespace of `pod_pid`.
-asio::awaitable<Result<tcp::socket>> connect_in_pod(asio::any_io_executor ex, int pod_pid, std::uint16_t port);
 
 // Where session bytes come from and go to.
 class Transport {
@@ -170,7 +169,7 @@ void spawn(const asio::any_io_executor& ex, asio::awaitable<void> coro);
 
 // port_forward_spdy.cpp: serves SPDY/3.1 port-forward streams over `transport` (a plain upgraded
 // connection or a WebSocket tunnel) until the client is done.
-asio::awaitable<void> run_spdy_session(asio::any_io_executor ex, std::unique_ptr<Transport> transport, int pod_pid,
-                                       PodRef pod);
+asio::awaitable<void> run_spdy_session(asio::any_io_executor ex, std::unique_ptr<Transport> transport,
+                                       PodNetwork network, PodRef pod);
 
 }  // namespace kubesandbox::local::port_forward_detail

@@ -19,11 +19,11 @@ namespace spdy = local::spdy;
 
 class SpdySession : public std::enable_shared_from_this<SpdySession> {
 public:
-    SpdySession(asio::any_io_executor ex, std::unique_ptr<Transport> transport, int pod_pid, PodRef pod)
+    SpdySession(asio::any_io_executor ex, std::unique_ptr<Transport> transport, PodNetwork network, PodRef pod)
         : ex_(ex),
           transport_(std::move(transport)),
           outbox_(ex, *transport_, true),
-          pod_pid_(pod_pid),
+          network_(std::move(network)),
           pod_(std::move(pod)) {}
 
     asio::awaitable<void> run() {
@@ -207,7 +207,7 @@ private:
 
     static asio::awaitable<void> forward(std::shared_ptr<SpdySession> self, std::shared_ptr<Pair> pair) {
         auto up = pair->upstream;
-        auto sock = co_await connect_in_pod(self->ex_, self->pod_pid_, pair->port);
+        auto sock = co_await connect_in_pod(self->ex_, self->network_, pair->port);
         if (up->closed || self->closing_) co_return;
         if (!sock) {
             self->send_error(*pair, self->pod_.forward_error(pair->port, sock.error().message));
@@ -239,7 +239,7 @@ private:
     asio::any_io_executor ex_;
     std::unique_ptr<Transport> transport_;
     Outbox outbox_;
-    int pod_pid_;
+    PodNetwork network_;
     PodRef pod_;
     spdy::Decoder decoder_;
     spdy::Encoder encoder_;
@@ -251,9 +251,9 @@ private:
 
 }  // namespace
 
-asio::awaitable<void> run_spdy_session(asio::any_io_executor ex, std::unique_ptr<Transport> transport, int pod_pid,
-                                       PodRef pod) {
-    auto session = std::make_shared<SpdySession>(ex, std::move(transport), pod_pid, std::move(pod));
+asio::awaitable<void> run_spdy_session(asio::any_io_executor ex, std::unique_ptr<Transport> transport,
+                                       PodNetwork network, PodRef pod) {
+    auto session = std::make_shared<SpdySession>(ex, std::move(transport), std::move(network), std::move(pod));
     co_await session->run();
 }
 
