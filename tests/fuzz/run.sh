@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (every tests/fuzz/fuzz_*.cpp) with clang 14 over the sans-IO
 # sources and runs each for a bounded time. This script is the only fuzz build (Meson builds with
-# g++; there is no Meson option for it). Seeds in tests/fuzz/seeds/<target>/ are read, never
+# g++; there is no Meson option for it). Targets build and run FUZZ_JOBS at a time. Seeds in tests/fuzz/seeds/<target>/ are read, never
 # written. Usage: run.sh ROOT SECONDS_PER_TARGET  (env: FUZZ_BUILD_DIR, default ROOT/build-fuzz; FUZZ_JOBS, default 2)
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -11,7 +11,7 @@ jobs_max=${FUZZ_JOBS:-2}
 mkdir -p "$out/obj" "$out/corpus"
 cxx=clang++-14
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -I"$root/include" -I"$root/lib"
-       -DBOOST_ASIO_NO_DEPRECATED -DBOOST_BEAST_USE_STD_STRING_VIEW -DBOOST_ENABLE_ASSERT_DEBUG_HANDLER)
+       -DBOOST_ASIO_NO_DEPRECATED -DBOOST_ENABLE_ASSERT_DEBUG_HANDLER)
 objs=()
 for src in "$root"/lib/error.cpp "$root"/lib/util/boost_assert.cpp "$root"/lib/proto/*.cpp "$root"/lib/local/spdy.cpp "$root"/lib/files/text.cpp \
            "$root"/lib/util/json_access.cpp "$root"/lib/connection/http1.cpp "$root"/lib/connection/gateway_address.cpp \
@@ -25,19 +25,40 @@ for src in "$root"/lib/error.cpp "$root"/lib/util/boost_assert.cpp "$root"/lib/p
 done
 wait
 libs=(-lyaml-cpp -lboost_json -lboost_url -lssl -lcrypto -lz)
-status=0
-for target in "$root"/tests/fuzz/fuzz_*.cpp; do
+# One target: link, run for the time given; its report goes to $out/NAME.report, which is printed in
+# target order once every lane is done, so parallel lanes never interleave their output.
+fuzz_one() {
+  local target=$1 name
   name=$(basename "$target" .cpp)
-  "$cxx" "${flags[@]}" -fsanitize=fuzzer "$target" "${objs[@]}" "${libs[@]}" -o "$out/$name"
-  mkdir -p "$out/corpus/$name"
-  corpora=("$out/corpus/$name")
-  [ -d "$root/tests/fuzz/seeds/$name" ] && corpora+=("$root/tests/fuzz/seeds/$name")
-  echo "-- $name for ${seconds}s"
-  if ! "$out/$name" -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-       -print_final_stats=1 "${corpora[@]}" >"$out/$name.log" 2>&1; then
-    echo "FUZZ FAILURE in $name:"; tail -40 "$out/$name.log"; status=1
-  else
+  {
+    if ! "$cxx" "${flags[@]}" -fsanitize=fuzzer "$target" "${objs[@]}" "${libs[@]}" -o "$out/$name"; then
+      echo "FUZZ FAILURE in $name: does not build"
+      return 1
+    fi
+    mkdir -p "$out/corpus/$name"
+    local corpora=("$out/corpus/$name")
+    [ -d "$root/tests/fuzz/seeds/$name" ] && corpora+=("$root/tests/fuzz/seeds/$name")
+    echo "-- $name for ${seconds}s"
+    if ! "$out/$name" -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+         -print_final_stats=1 "${corpora[@]}" >"$out/$name.log" 2>&1; then
+      echo "FUZZ FAILURE in $name:"; tail -40 "$out/$name.log"
+      return 1
+    fi
     grep -E 'stat::number_of_executed_units' "$out/$name.log" || true
-  fi
+  } >"$out/$name.report" 2>&1
+  echo ok >"$out/$name.ok"
+}
+targets=("$root"/tests/fuzz/fuzz_*.cpp)
+for target in "${targets[@]}"; do
+  rm -f "$out/$(basename "$target" .cpp).ok"
+  fuzz_one "$target" &
+  while (( $(jobs -r | wc -l) >= jobs_max )); do wait -n || true; done
+done
+wait
+status=0
+for target in "${targets[@]}"; do
+  name=$(basename "$target" .cpp)
+  cat "$out/$name.report" 2>/dev/null || true
+  [ -f "$out/$name.ok" ] || status=1
 done
 exit $status
