@@ -184,9 +184,10 @@ bool object_meta(std::string_view data, json::object& meta) {
 }
 
 bool decode_kind(std::string_view kind, std::string_view raw, json::object& o) {
-    json::object& meta = sub(o, "metadata");
     return for_each(raw, [&](const Field& f) {
-        if (f.number == 1 && f.wire == 2) return object_meta(f.bytes, meta);
+        // Looked up per field: a field before metadata (or metadata twice) adds keys to `o`,
+        // which may move its members.
+        if (f.number == 1 && f.wire == 2) return object_meta(f.bytes, sub(o, "metadata"));
         if (kind == "ConfigMap") {
             if (f.number == 2 && f.wire == 2) return map_entry(f.bytes, sub(o, "data"), false);
             if (f.number == 3 && f.wire == 2) return map_entry(f.bytes, sub(o, "binaryData"), true);
