@@ -51,12 +51,13 @@ void ObjectCache::apply(bool deleted, boost::json::object object) {
         return;
     }
     erase(key);
-    deleted_[key] = version_of(object);
-    if (deleted_.size() > max_deletions) {
-        auto oldest = deleted_.begin();
-        for (auto d = deleted_.begin(); d != deleted_.end(); ++d)
-            if (d->second < oldest->second) oldest = d;
-        deleted_.erase(oldest);
+    const std::uint64_t version = version_of(object);
+    deleted_[key] = version;
+    deletion_order_.emplace_back(key, version);
+    while (deletion_order_.size() > max_deletions) {
+        const auto& [old_key, old_version] = deletion_order_.front();
+        if (auto d = deleted_.find(old_key); d != deleted_.end() && d->second == old_version) deleted_.erase(d);
+        deletion_order_.pop_front();
     }
 }
 

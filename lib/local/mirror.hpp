@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -31,6 +32,9 @@ public:
 
 private:
     std::map<std::string, std::uint64_t> deleted_;  // key -> resourceVersion of its deletion
+    // The deletions in the order they came (about resourceVersion order): the oldest are
+    // forgotten first. Entries a later ADDED or deletion made stale are skipped then.
+    std::deque<std::pair<std::string, std::uint64_t>> deletion_order_;
 };
 
 // "namespace/name" of an object.
