@@ -147,9 +147,9 @@ std::unique_ptr<Sandbox> make_sandbox(const StatePtr& st, const std::string& cla
 }
 
 // Waits with one watch (re-established from the last resourceVersion, after one read on 410)
-// until the claim is ready, has failed for good, or the deadline passes.
-asio::awaitable<Result<ClaimState>> wait_ready(StatePtr st, std::string claim, std::string resource_version,
-                                               steady_clock::time_point deadline) {
+// until the claim `uid` names is ready, has failed for good, or the deadline passes.
+asio::awaitable<Result<ClaimState>> wait_ready(StatePtr st, std::string claim, std::string uid,
+                                               std::string resource_version, steady_clock::time_point deadline) {
     ResourcePath path = agent_sandbox::claims_path(st->options);
     auto deleted = [] {
         ClaimState gone;
@@ -169,6 +169,8 @@ asio::awaitable<Result<ClaimState>> wait_ready(StatePtr st, std::string claim, s
                 if (current.error().is(errc::not_found)) co_return deleted();
                 co_return fail(current.error());
             }
+            // Made again under the name in the gap: ours was deleted.
+            if (!uid.empty() && string_at(metadata_of(*current), "uid") != uid) co_return deleted();
             auto state = agent_sandbox::evaluate_claim(*current);
             if (state.kind != ClaimState::Kind::pending) co_return state;
             resource_version = string_at(metadata_of(*current), "resourceVersion");
@@ -278,12 +280,15 @@ asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOp
             if (state.kind == ClaimState::Kind::failed) {
                 if (!request.create_if_missing)
                     co_return fail(errc::not_found, "sandbox " + id + " is gone (" + state.reason + ")");
-                co_await delete_quietly(st, claim, string_at(metadata_of(*existing), "uid"));
-                // Wait for the old claim to leave before making a new one under its name.
+                const std::string failed_uid = string_at(metadata_of(*existing), "uid");
+                co_await delete_quietly(st, claim, failed_uid);
+                // Wait for the old claim to leave before making a new one under its name (or
+                // until another caller's new claim holds the name: the next round looks at it).
                 asio::steady_timer timer(co_await asio::this_coro::executor);
                 while (steady_clock::now() < deadline) {
                     auto again = co_await st->client.get(path.with_name(claim));
                     if (!again && again.error().is(errc::not_found)) break;
+                    if (again && string_at(metadata_of(*again), "uid") != failed_uid) break;
                     timer.expires_after(std::chrono::milliseconds(50));
                     co_await timer.async_wait(tuple_awaitable);
                 }
@@ -291,6 +296,7 @@ asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOp
                 continue;
             }
             resource_version = string_at(metadata_of(*existing), "resourceVersion");
+            claim_uid = string_at(metadata_of(*existing), "uid");
             if (origin == SandboxOrigin::existing) origin = SandboxOrigin::adopted;
         } else if (existing.error().is(errc::not_found)) {
             if (!request.create_if_missing) co_return fail(errc::not_found, "no sandbox " + id);
@@ -310,7 +316,7 @@ asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOp
             co_return fail(existing.error());
         }
 
-        auto state = co_await wait_ready(st, claim, resource_version, deadline);
+        auto state = co_await wait_ready(st, claim, claim_uid, resource_version, deadline);
         if (!state || state->kind != ClaimState::Kind::ready) {
             // A claim this call made and that never became usable is not left behind.
             if (created_here) co_await delete_quietly(st, claim, claim_uid);
