@@ -238,10 +238,10 @@ TEST_F(RawBindingTest, AWarmPodTakenByAClaimWhoseAnswerWasLostIsReleased) {
             lose_answer.path_contains = "/pods/" + warm_pod;
             lose_answer.method = "PATCH";
             lose_answer.action = FaultRule::Action::drop_mid_body;
-            FaultRule unreadable;
+            FaultRule unreadable;  // every attempt of the one read after the PATCH, none after
             unreadable.path_contains = "/pods/" + warm_pod;
             unreadable.method = "GET";
-            unreadable.count = -1;
+            unreadable.count = KubeClientOptions{}.max_retries + 1;
             cluster_->add_fault(lose_answer);
             cluster_->add_fault(unreadable);
             GetOrCreateOptions o;

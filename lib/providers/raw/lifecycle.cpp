@@ -86,8 +86,10 @@ asio::awaitable<void> remove_created(StatePtr st, std::string ns, std::string na
         if (pod_uid) o.precondition_uid = *pod_uid;
         o.grace_period_seconds = st->options.delete_grace_period.count();
         auto r = co_await st->client.remove(pod_path, std::move(o));
-        // Conflict: the name holds another caller's pod by now, which is not ours to remove.
-        if (!r && !r.error().is(errc::not_found) && !r.error().is(errc::conflict))
+        // Conflict: the name holds another caller's pod by now. Its policy and namespace serve
+        // that pod: nothing more is ours to remove.
+        if (!r && r.error().is(errc::conflict)) co_return;
+        if (!r && !r.error().is(errc::not_found))
             log.warning("cleanup of pod " + ns + "/" + name + " failed: " + r.error().describe());
     }
     if (pod || np) co_await release_policy(st, ns, name, pod_uid);

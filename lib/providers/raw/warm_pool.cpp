@@ -58,7 +58,7 @@ asio::awaitable<Result<std::optional<ClaimedPod>>> with_policy(StatePtr st, Clai
     auto np = co_await ensure_network_policy(st, claimed.ns, claimed.name, label, claimed.uid);
     if (np) co_return std::optional<ClaimedPod>(std::move(claimed));
     const std::optional<std::string> expected = label;
-    auto d = co_await delete_objects(st, claimed.ns, claimed.name, expected, false, std::string());
+    auto d = co_await delete_objects(st, claimed.ns, claimed.name, expected, true, std::string());
     if (!d && !d.error().is(errc::not_found))
         st->options.logger.warning("claimed warm pod " + claimed.name + " not released: " + d.error().describe());
     co_return fail(np.error());
@@ -77,7 +77,7 @@ asio::awaitable<void> release_if_claimed(StatePtr st, std::string ns, std::strin
         if (!pod) continue;
         if (!claimed_by(*pod, token)) co_return;  // not taken by this claim
         const auto& m = metadata_of(*pod);
-        auto removed = co_await delete_objects(st, ns, name, std::nullopt, false, string_at(m, "resourceVersion"));
+        auto removed = co_await delete_objects(st, ns, name, std::nullopt, true, string_at(m, "resourceVersion"));
         if (removed || removed.error().is(errc::not_found) || removed.error().is(errc::conflict)) co_return;
     }
     st->options.logger.warning("warm pod " + ns + "/" + name +
