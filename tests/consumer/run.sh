@@ -9,6 +9,7 @@
 set -euo pipefail
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 phase=${2:-all}
+case "$phase" in build | check | all) ;; *) echo "run.sh: unknown phase '$phase' (build, check or all)" >&2; exit 2 ;; esac
 work=${CONSUMER_DIR:-}
 if [ -z "$work" ]; then
   [ "$phase" = all ] || { echo "run.sh: phase $phase needs CONSUMER_DIR" >&2; exit 2; }

@@ -8,15 +8,18 @@ root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 seconds=${2:-20}
 out=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 jobs_max=${FUZZ_JOBS:-2}
-mkdir -p "$out/obj" "$out/corpus"
 cxx=clang++-14
-flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -I"$root/include" -I"$root/lib"
-       -DBOOST_ASIO_NO_DEPRECATED -DBOOST_ENABLE_ASSERT_DEBUG_HANDLER)
+# UB findings abort the target (a report alone would leave the fuzzer's exit status 0).
+flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+       -I"$root/include" -I"$root/lib" -DBOOST_ASIO_NO_DEPRECATED -DBOOST_ENABLE_ASSERT_DEBUG_HANDLER)
+# Objects are kept per set of flags: a build directory reused after the flags changed never mixes them.
+obj_dir="$out/obj-$(printf '%s\n' "${flags[@]}" | cksum | cut -d' ' -f1)"
+mkdir -p "$obj_dir" "$out/corpus"
 objs=()
 for src in "$root"/lib/error.cpp "$root"/lib/util/boost_assert.cpp "$root"/lib/proto/*.cpp "$root"/lib/local/spdy.cpp "$root"/lib/files/text.cpp \
            "$root"/lib/util/json_access.cpp "$root"/lib/connection/http1.cpp "$root"/lib/connection/gateway_address.cpp \
            "$root"/lib/sandbox/runtime_protocol.cpp; do
-  obj="$out/obj/$(basename "$src" .cpp).o"
+  obj="$obj_dir/$(basename "$src" .cpp).o"
   if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then
     "$cxx" "${flags[@]}" -c "$src" -o "$obj" &
     while (( $(jobs -r | wc -l) >= jobs_max )); do wait -n; done
