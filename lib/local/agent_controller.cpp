@@ -113,6 +113,8 @@ struct AgentController::Impl : std::enable_shared_from_this<Impl> {
     }
 
     asio::awaitable<void> reconcile_all() {
+        const auto now = ObjectCache::Clock::now();
+        for (auto& c : cache) c.forget_unconfirmed(now, unconfirmed_max_age);
         co_await reconcile_sandboxes();
         co_await reconcile_claims();
         co_await reconcile_pools();

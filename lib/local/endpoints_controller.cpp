@@ -75,6 +75,8 @@ struct EndpointsController::Impl : std::enable_shared_from_this<Impl> {
 
     // Desired slices are computed from copies first: the cache changes while requests are out.
     asio::awaitable<void> reconcile() {
+        const auto now = ObjectCache::Clock::now();
+        for (auto& c : cache) c.forget_unconfirmed(now, unconfirmed_max_age);
         // Each service looks only at its namespace's pods: the cache sorts by "namespace/name",
         // so they sit together (with 10,000 pods elsewhere, a walk over all of them on every
         // pod event was most of the local cluster's CPU).

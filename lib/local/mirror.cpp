@@ -33,18 +33,31 @@ constexpr std::size_t max_deletions = 4096;
 
 }  // namespace
 
-const boost::json::object* ObjectCache::remember(boost::json::object object) {
+const boost::json::object* ObjectCache::remember(boost::json::object object, Clock::time_point now) {
     std::string key = object_key(object);
     const std::uint64_t version = version_of(object);
     if (auto gone = deleted_.find(key); gone != deleted_.end() && (version == 0 || version <= gone->second))
         return nullptr;
     auto [it, inserted] = try_emplace(key);
+    if (inserted) unconfirmed_.emplace(key, now);
     if (inserted || version == 0 || version > version_of(it->second)) it->second = std::move(object);
     return &it->second;
 }
 
+void ObjectCache::forget_unconfirmed(Clock::time_point now, Clock::duration max_age) {
+    for (auto it = unconfirmed_.begin(); it != unconfirmed_.end();) {
+        if (now - it->second <= max_age) {
+            ++it;
+            continue;
+        }
+        erase(it->first);
+        it = unconfirmed_.erase(it);
+    }
+}
+
 void ObjectCache::apply(bool deleted, boost::json::object object) {
     std::string key = object_key(object);
+    unconfirmed_.erase(key);
     if (!deleted) {
         deleted_.erase(key);
         insert_or_assign(key, std::move(object));

@@ -21,21 +21,31 @@ namespace kubesandbox::local {
 // One collection (namespace/name -> object) as a controller sees it. Its watch keeps it current;
 // what a controller's own requests return is stored too, so it reads its writes at once, but
 // never over a newer state the watch delivered, nor after the watch saw the object deleted: the
-// watch would not delete it a second time, and the entry would stay a ghost.
+// watch would not delete it a second time, and the entry would stay a ghost. An object known
+// from a response alone is dropped if the watch has not shown it within a while: made and
+// deleted while the watch was away, it is in no re-list and no event would ever remove it.
 class ObjectCache : public std::map<std::string, boost::json::object> {
 public:
+    using Clock = std::chrono::steady_clock;
     // Stores an object a request returned, unless the watch has shown a newer state or its
     // deletion; returns what the cache now holds under its key (nullptr when deleted).
-    const boost::json::object* remember(boost::json::object object);
+    const boost::json::object* remember(boost::json::object object, Clock::time_point now = Clock::now());
     // A watch event: ADDED and MODIFIED store the object, DELETED erases it.
     void apply(bool deleted, boost::json::object object);
+    // Drops the objects known from responses alone for longer than `max_age`.
+    void forget_unconfirmed(Clock::time_point now, Clock::duration max_age);
 
 private:
-    std::map<std::string, std::uint64_t> deleted_;  // key -> resourceVersion of its deletion
+    std::map<std::string, Clock::time_point> unconfirmed_;  // key -> when a response first stored it
+    std::map<std::string, std::uint64_t> deleted_;          // key -> resourceVersion of its deletion
     // The deletions in the order they came (about resourceVersion order): the oldest are
     // forgotten first. Entries a later ADDED or deletion made stale are skipped then.
     std::deque<std::pair<std::string, std::uint64_t>> deletion_order_;
 };
+
+// How long an object known from a response alone waits for its watch to show it (milliseconds,
+// normally) before the cache forgets it.
+inline constexpr std::chrono::seconds unconfirmed_max_age{30};
 
 // "namespace/name" of an object.
 std::string object_key(const boost::json::object& o);

@@ -50,6 +50,26 @@ TEST(ObjectCache, TheWatchAddingTheNameAgainClearsTheDeletion) {
     EXPECT_EQ(data_of(cache.remember(object("a", "11", "response"))), "modified");
 }
 
+TEST(ObjectCache, AnObjectTheWatchNeverShowsIsForgottenAfterAWhile) {
+    using namespace std::chrono_literals;
+    ObjectCache cache;
+    const auto t0 = ObjectCache::Clock::now();
+    // Made by the controller, then deleted while its watch was away: no event will ever come.
+    cache.remember(object("gone", "5", "made"), t0);
+    // Made by the controller and shown by the watch since.
+    cache.remember(object("kept", "6", "made"), t0);
+    cache.apply(false, object("kept", "6", "made"));
+    cache.forget_unconfirmed(t0 + 10s, 30s);
+    EXPECT_EQ(cache.count("ns/gone"), 1u);
+    cache.forget_unconfirmed(t0 + 31s, 30s);
+    EXPECT_EQ(cache.count("ns/gone"), 0u);
+    EXPECT_EQ(cache.count("ns/kept"), 1u);
+    // A response for an object the watch already shows does not make it unconfirmed again.
+    cache.remember(object("kept", "7", "patched"), t0 + 40s);
+    cache.forget_unconfirmed(t0 + 100s, 30s);
+    EXPECT_EQ(data_of(cache.remember(object("kept", "7"), t0 + 100s)), "patched");
+}
+
 TEST(ObjectCache, DeletionsAreRememberedUpToABound) {
     ObjectCache cache;
     for (int i = 1; i <= 5000; ++i) cache.apply(true, object("o" + std::to_string(i), std::to_string(i)));
