@@ -159,21 +159,35 @@ asio::awaitable<Result<ClaimState>> wait_ready(StatePtr st, std::string claim, s
         return gone;
     };
     bool read_again = false;  // the watch's history is gone: read the claim, then watch from there
+    int reads_in_a_row = 0;
     while (true) {
         auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - steady_clock::now());
         if (left.count() <= 0) co_return fail(errc::startup_timeout, "sandbox claim " + claim + " not ready in time");
         if (read_again) {
-            // A deletion in the gap would never be seen by a fresh watch: it starts from what exists.
-            auto current = co_await st->client.get(path.with_name(claim));
-            if (!current) {
-                if (current.error().is(errc::not_found)) co_return deleted();
-                co_return fail(current.error());
+            // Never a tight loop, whatever a server answers: a pause from the second time on.
+            if (++reads_in_a_row > 1) {
+                asio::steady_timer pause(co_await asio::this_coro::executor,
+                                         std::chrono::milliseconds(std::min(1000, 100 * reads_in_a_row)));
+                co_await pause.async_wait(tuple_awaitable);
             }
+            // A deletion in the gap would never be seen by a fresh watch: it starts from what
+            // exists. Listed (by name), not read: the watch goes on from the list's
+            // resourceVersion, which is current; the claim's own may be older than the server's
+            // history and answer 410 again.
+            ListOptions lo;
+            lo.field_selector = "metadata.name=" + claim;
+            auto listed = co_await st->client.list(path, lo);
+            if (!listed) co_return fail(listed.error());
+            const json::object* current = nullptr;
+            for (const auto& item : listed->items)
+                if (item.is_object() && string_at(metadata_of(item.get_object()), "name") == claim)
+                    current = &item.get_object();
+            if (!current) co_return deleted();
             // Made again under the name in the gap: ours was deleted.
             if (!uid.empty() && string_at(metadata_of(*current), "uid") != uid) co_return deleted();
             auto state = agent_sandbox::evaluate_claim(*current);
             if (state.kind != ClaimState::Kind::pending) co_return state;
-            resource_version = string_at(metadata_of(*current), "resourceVersion");
+            resource_version = listed->resource_version;
             read_again = false;
         }
         WatchOptions w;
@@ -204,6 +218,7 @@ asio::awaitable<Result<ClaimState>> wait_ready(StatePtr st, std::string claim, s
                 break;
             }
             resource_version = string_at(metadata_of(ev.object), "resourceVersion");
+            reads_in_a_row = 0;
             if (ev.type == WatchEvent::Type::bookmark) continue;
             if (ev.type == WatchEvent::Type::deleted) co_return deleted();
             auto state = agent_sandbox::evaluate_claim(ev.object);
