@@ -34,7 +34,11 @@ WRAP
   # Optimized as a user's release build is, without debug info (it is never debugged here), and
   # with -Werror on kubesandbox: CI's only build without sanitizers, so warnings that only
   # optimization or a plain toolchain shows fail here.
-  meson setup build --prefix "$prefix" -Doptimization=2 -Ddebug=false -Dkubesandbox:werror=true >/dev/null
+  if ! meson setup build --prefix "$prefix" -Doptimization=2 -Ddebug=false -Dkubesandbox:werror=true \
+       >"$work/setup.log" 2>&1; then
+    cat "$work/setup.log"
+    exit 1
+  fi
   ninja -C build ${CONSUMER_JOBS:+-j "$CONSUMER_JOBS"}
 fi
 

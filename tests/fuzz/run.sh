@@ -15,18 +15,24 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-saniti
 # Objects are kept per set of flags: a build directory reused after the flags changed never mixes them.
 obj_dir="$out/obj-$(printf '%s\n' "${flags[@]}" | cksum | cut -d' ' -f1)"
 mkdir -p "$obj_dir" "$out/corpus"
+rm -f "$obj_dir/failed"
 objs=()
 for src in "$root"/lib/error.cpp "$root"/lib/util/boost_assert.cpp "$root"/lib/proto/*.cpp "$root"/lib/local/spdy.cpp "$root"/lib/files/text.cpp \
            "$root"/lib/util/json_access.cpp "$root"/lib/connection/http1.cpp "$root"/lib/connection/gateway_address.cpp \
            "$root"/lib/sandbox/runtime_protocol.cpp; do
   obj="$obj_dir/$(basename "$src" .cpp).o"
-  if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then
-    "$cxx" "${flags[@]}" -c "$src" -o "$obj" &
-    while (( $(jobs -r | wc -l) >= jobs_max )); do wait -n; done
-  fi
+  # Always compiled (a header change is not seen by comparing the .cpp alone); an object is only
+  # kept when its compile succeeded, and a failure is recorded for after the wait.
+  rm -f "$obj"
+  { "$cxx" "${flags[@]}" -c "$src" -o "$obj.tmp" && mv "$obj.tmp" "$obj"; } || echo "$src" >>"$obj_dir/failed" &
+  while (( $(jobs -r | wc -l) >= jobs_max )); do wait -n || true; done
   objs+=("$obj")
 done
 wait
+if [ -s "$obj_dir/failed" ]; then
+  echo "FUZZ FAILURE: these sources do not compile:"; cat "$obj_dir/failed"; rm -f "$obj_dir/failed"
+  exit 1
+fi
 libs=(-lyaml-cpp -lboost_json -lboost_url -lssl -lcrypto -lz)
 # One target: link, run for the time given; its report goes to $out/NAME.report, which is printed in
 # target order once every lane is done, so parallel lanes never interleave their output.
