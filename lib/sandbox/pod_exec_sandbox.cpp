@@ -1,5 +1,6 @@
 #include <kubesandbox/pod_exec_sandbox.hpp>
 
+#include "files/text.hpp"
 #include "kube/client_impl.hpp"
 #include "kube/exec_session.hpp"
 #include "sandbox/transfer_status.hpp"
@@ -43,10 +44,10 @@ constexpr const char* download_script = R"SH(p=$1
 exec cat -- "$p"
 )SH";
 
-// Every command runs under this launcher: it marks its environment (inherited by everything the
-// command starts), enters the working directory and, when it does not lead a process group
-// already, starts a session of its own (setsid without forking: util-linux and busybox agree
-// there), so a timeout can kill the command's whole process group.
+// Every command given as argv runs under this launcher: it marks its environment (inherited by
+// everything the command starts), enters the working directory and, when it does not lead a
+// process group already, starts a session of its own (setsid without forking: util-linux and
+// busybox agree there), so a timeout can kill the command's whole process group.
 constexpr const char* launch_script = R"SH(KUBESANDBOX_EXEC=$1; export KUBESANDBOX_EXEC
 if [ -n "$2" ]; then cd -- "$2" || exit 1; fi
 shift 2
@@ -56,7 +57,8 @@ fi
 exec "$@"
 )SH";
 
-// Kills what a timed-out command left running: processes carrying its marker, their descendants
+// Kills what a timed-out command left running: processes carrying its marker (in their
+// environment, or for the shell that runs a shell command, at the start of its script), their descendants
 // (which may have cleared their environment) and the process groups the marked processes lead.
 // Several passes catch children forked meanwhile. Never touches PID 1 or its own group.
 constexpr const char* kill_script = R"SH(m="KUBESANDBOX_EXEC=$1"
@@ -72,7 +74,8 @@ for pass in 1 2 3 4 5; do
     s=${s##*) }
     set -- $s
     stats="$stats $p:$2:$3"
-    if tr '\000' '\n' < "$d/environ" 2>/dev/null | grep -qxF -- "$m"; then marked="$marked $p"; fi
+    if tr '\000' '\n' < "$d/environ" 2>/dev/null | grep -qxF -- "$m"; then marked="$marked $p"
+    elif tr '\000' '\n' < "$d/cmdline" 2>/dev/null | grep -q -- "^$m; export KUBESANDBOX_EXEC; "; then marked="$marked $p"; fi
   done
   [ -n "$marked" ] || break
   victims=$marked
@@ -187,6 +190,21 @@ struct PodExecSandbox::Internals {
         return out;
     }
 
+    // A shell command runs in the launcher's own shell: one shell image per call instead of two
+    // (the launcher's, then `sh -c COMMAND`'s). The launcher's steps share the command's first
+    // line, so line numbers and error texts are those of `sh -c COMMAND`. No setsid here: it
+    // would need a second image, and the runtimes start an exec'd process as the leader of a
+    // session of its own already (runc's and crun's exec, the local kubelet); where one does
+    // not, a timeout still finds the command by its marker and its descendants.
+    static std::vector<std::string> launch_shell_argv(const PodExecSandbox& self, const std::string& marker,
+                                                      const std::string& command) {
+        std::string script = "KUBESANDBOX_EXEC=" + marker + "; export KUBESANDBOX_EXEC; ";
+        if (!self.options_.workdir.empty())
+            script += "cd -- " + files::shell_quote(self.options_.workdir) + " || exit 1; ";
+        script += command;
+        return {self.options_.shell, "-c", std::move(script)};
+    }
+
     // Kills every process of the command marked `marker`. Best effort: when the pod is gone there
     // is nothing left to kill. Holds no reference to the sandbox, so it may outlive the call.
     static asio::awaitable<bool> kill_marked(std::shared_ptr<KubeClient::Impl> client, kube::ExecTarget killer) {
@@ -218,11 +236,16 @@ struct PodExecSandbox::Internals {
         co_return std::nullopt;
     }
 
+    // Runs `argv`, or with `shell_command` set, the shell command argv[0].
     static asio::awaitable<Result<kube::ExecOutcome>> run_marked(PodExecSandbox& self, std::vector<std::string> argv,
-                                                                 std::string stdin_data, bool with_stdin,
-                                                                 std::chrono::seconds limit, OutputSink sink) {
+                                                                 bool shell_command, std::string stdin_data,
+                                                                 bool with_stdin, std::chrono::seconds limit,
+                                                                 OutputSink sink) {
         const std::string marker = util::random_hex(8);
-        kube::ExecTarget target = make_target(self, launch_argv(self, marker, std::move(argv)), with_stdin);
+        kube::ExecTarget target = make_target(
+            self,
+            shell_command ? launch_shell_argv(self, marker, argv.at(0)) : launch_argv(self, marker, std::move(argv)),
+            with_stdin);
         kube::ExecRunOptions run;
         run.stdin_data = std::move(stdin_data);
         run.max_stdout = self.options_.max_output_bytes;
@@ -288,10 +311,10 @@ asio::awaitable<Result<ExecuteResponse>> PodExecSandbox::execute(std::string com
                                                                  std::optional<std::chrono::seconds> timeout) {
     if (auto bad = check_command({command}, timeout)) co_return fail(std::move(*bad));
     const std::chrono::seconds limit = timeout.value_or(options_.default_timeout);
-    std::vector<std::string> argv{options_.shell, "-c", std::move(command)};
+    std::vector<std::string> argv{std::move(command)};
     OutputSink collected;  // none: the output is collected with its cap
     auto outcome =
-        co_await Internals::run_marked(*this, std::move(argv), std::string(), false, limit, std::move(collected));
+        co_await Internals::run_marked(*this, std::move(argv), true, std::string(), false, limit, std::move(collected));
     if (!outcome) co_return fail(outcome.error());
     // On timeout the output so far is dropped, as the reference does.
     if (outcome->timed_out) co_return timed_out_response(limit);
@@ -308,8 +331,8 @@ asio::awaitable<Result<RunResponse>> PodExecSandbox::run(std::vector<std::string
                                                          std::optional<std::chrono::seconds> timeout, OutputSink sink) {
     if (auto bad = check_command(argv, timeout)) co_return fail(std::move(*bad));
     const std::chrono::seconds limit = timeout.value_or(options_.default_timeout);
-    auto outcome =
-        co_await Internals::run_marked(*this, std::move(argv), std::move(stdin_data), true, limit, std::move(sink));
+    auto outcome = co_await Internals::run_marked(*this, std::move(argv), false, std::move(stdin_data), true, limit,
+                                                  std::move(sink));
     if (!outcome) co_return fail(outcome.error());
     // The sink's own exception, now that the command it stopped has been killed.
     if (outcome->sink_exception) std::rethrow_exception(outcome->sink_exception);

@@ -125,6 +125,10 @@ TEST_F(SandboxTest, TimeoutReturns124AndKillsTheRemoteProcesses) {
             for (const char* left : {"sleep 302", "sleep 303", "sleep 305", "sleep 306"})
                 EXPECT_EQ(ps->output.find(left), std::string::npos) << left << " survived:\n" << ps->output;
         }
+        // A command that starts nothing: only its own shell runs, and it is killed too.
+        auto spin = co_await (*sb)->execute("spin315=1; while :; do :; done", std::chrono::seconds(1));
+        EXPECT_TRUE(spin && spin->exit_code == 124);
+        EXPECT_EQ(co_await processes_left(**sb, "spin315"), "") << "the timed-out shell survived";
         // run() (the CLI's exec) kills on timeout too, and keeps the streams apart.
         PodExecSandboxOptions opts;
         PodExecSandbox raw(client(), (*sb)->namespace_name(), (*sb)->pod_name(), opts);
@@ -141,6 +145,33 @@ TEST_F(SandboxTest, TimeoutReturns124AndKillsTheRemoteProcesses) {
         EXPECT_TRUE(split && split->stdout_data == "out\n" && split->stderr_data == "err\n" && split->exit_code == 3);
         auto ps2 = co_await (*sb)->execute("ps");
         EXPECT_TRUE(ps2 && ps2->output.find("sleep 307") == std::string::npos) << (ps2 ? ps2->output : "");
+        co_await p.delete_sandbox((*sb)->pod_name());
+    });
+}
+
+// execute runs its command in the launcher's shell: what the command sees and prints is what
+// `sh -c COMMAND` (run() here) sees and prints, error texts and line numbers included.
+TEST_F(SandboxTest, AShellCommandBehavesAsShC) {
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create_pod();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        PodExecSandbox raw(client(), (*sb)->namespace_name(), (*sb)->pod_name(), PodExecSandboxOptions{});
+        for (std::string command : {"echo \"$0 $# [$*]\"; pwd", "echo a; no_such_command_316", "echo a\nif then",
+                                    "exit 7", "set -u; echo $undefined_317", "false &&", ""}) {
+            auto shell = co_await (*sb)->execute(command);
+            std::vector<std::string> argv{raw.options().shell, "-c", command};
+            auto reference = co_await raw.run(argv, std::string(), std::nullopt);
+            EXPECT_TRUE(shell && reference) << command;
+            if (!shell || !reference) continue;
+            EXPECT_EQ(shell->exit_code, reference->exit_code) << command;
+            std::string joined = reference->stdout_data;
+            if (!joined.empty() && !reference->stderr_data.empty()) joined += '\n';
+            EXPECT_EQ(shell->output, joined + reference->stderr_data) << command;
+            EXPECT_FALSE(joined.empty() && reference->stderr_data.empty() && command.find("echo") != std::string::npos)
+                << command << " printed nothing: the comparison would prove little";
+        }
         co_await p.delete_sandbox((*sb)->pod_name());
     });
 }
