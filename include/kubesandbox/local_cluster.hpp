@@ -29,6 +29,9 @@ struct LocalClusterOptions {
     // The bubblewrap program (searched in PATH unless it contains '/'). Tests point it at a program
     // that fails (e.g. /bin/false) to see how the cluster refuses pods without isolation.
     std::string bwrap_program = "bwrap";
+    // Each pod's execs start from one process that entered the pod once (a spawner); false: each
+    // exec enters the pod on its own, a program start slower (kept for comparison and tests).
+    bool exec_spawner = true;
     // Accept requests that carry no credentials, with full access, as the insecure port of old
     // API servers did. Meant for tls = false, where kubectl sends no token from its kubeconfig
     // (it only sends credentials over HTTPS). A request with a wrong token still gets 401.

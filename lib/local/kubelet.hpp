@@ -36,6 +36,7 @@ struct KubeletOptions {
     std::int64_t pod_pids_limit = 4096;     // processes per pod (a node's podPidsLimit), with cgroups
     std::filesystem::path runtime_program;  // kubesandbox-runtime, for runtime images; empty = none
     std::filesystem::path enter_program;    // kubesandbox-enter; empty = look for it (see find_enter_program)
+    bool exec_spawner = true;               // see LocalClusterOptions::exec_spawner
     // How often a pod with an ephemeral-storage limit or an emptyDir sizeLimit is measured.
     std::chrono::milliseconds storage_check_interval{2000};
     Logger logger{};

@@ -9,6 +9,7 @@
 #include "local/cgroups.hpp"
 #include "local/kubelet.hpp"
 #include "local/kubelet_plan.hpp"
+#include "local/pod_spawner.hpp"
 #include "local/process.hpp"
 #include "net/any_stream.hpp"
 
@@ -87,8 +88,15 @@ struct PodRecord {
     int inner_pid = 0;  // first process inside the sandbox: namespace anchor for exec/port-forward
     Fd inner_pidfd;     // pins inner_pid: an exec checks through it that the pid was not reused
     int pidfd = -1;
-    bool stopping = false;  // deletionTimestamp seen
-    bool removed = false;   // gone from the store / kubelet shut down
+    std::uint64_t container_generation = 0;  // one more at each start of the container
+    // Starts exec'd commands in the container of generation spawner_generation (the spawner takes
+    // one of the pod's pids and a little of its memory, as a runtime's shim would).
+    std::shared_ptr<PodSpawner> spawner;
+    std::uint64_t spawner_generation = 0;
+    bool spawner_starting = false;
+    std::uint64_t spawner_failed_generation = 0;  // no second try for that container
+    bool stopping = false;                        // deletionTimestamp seen
+    bool removed = false;                         // gone from the store / kubelet shut down
     // Ended by the kubelet (activeDeadlineSeconds, eviction): the pod fails with these.
     bool ended_by_kubelet = false;
     std::string end_reason, end_message;

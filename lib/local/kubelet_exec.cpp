@@ -179,6 +179,8 @@ struct ExecSession {
     asio::steady_timer close_timer, watch_timer;
     pid_t pid = -1;
     int pidfd = -1;
+    std::shared_ptr<PodSpawner> spawner;  // or the pod's spawner started the command
+    std::uint64_t spawn_id = 0;
     bool exited = false;
     bool reader_done = false;
     bool closing = false;
@@ -196,7 +198,10 @@ struct ExecSession {
         co_return ec;
     }
 
+    // Ends the session's hold on its command: the kubelet's relay is killed (the command, in a
+    // session of its own, runs on until a client kills it), or the spawner's answer no longer awaited.
     void kill_process() {
+        if (spawner && !exited) spawner->abandon(spawn_id);
         if (pid > 0 && !exited) {
             ::kill(-pid, SIGKILL);
             ::kill(pid, SIGKILL);
@@ -257,7 +262,7 @@ struct ExecSession {
     }
 
     asio::awaitable<int> wait_process() {
-        auto reaped = co_await reap_child(ws.get_executor(), pidfd, pid);
+        auto reaped = spawner ? co_await spawner->wait(spawn_id) : co_await reap_child(ws.get_executor(), pidfd, pid);
         if (!reaped) {
             kill_process();  // cancelled: the command must not outlive its session
             co_return 255;
@@ -344,6 +349,52 @@ struct ExecSession {
         if (pumps_left > 0) co_await drain_watch();
     }
 };
+
+// The pod's spawner, started at its first exec; null when commands start one by one (no isolation,
+// no pinned first process, a start under way or failed for this container).
+asio::awaitable<std::shared_ptr<PodSpawner>> spawner_for(std::shared_ptr<Core> core, std::shared_ptr<PodRecord> pod) {
+    if (!core->options.exec_spawner || !core->isolation || !pod->plan || pod->inner_pidfd.fd < 0 || pod->removed ||
+        !pod->running())
+        co_return nullptr;
+    const std::uint64_t generation = pod->container_generation;
+    if (pod->spawner && pod->spawner_generation == generation && pod->spawner->alive()) co_return pod->spawner;
+    if (pod->spawner_starting || pod->spawner_failed_generation == generation) co_return nullptr;
+    if (pod->spawner) pod->spawner->stop();
+    pod->spawner.reset();
+    pod->spawner_starting = true;
+    Fd null_fd(::open("/dev/null", O_RDWR | O_CLOEXEC));
+    Spawn sp;
+    sp.env = pod->plan->env;
+    sp.new_session = true;
+    sp.argv = spawner_argv(*pod->plan, core->layout, pod->inner_pid, 4,
+                           core->cgroups ? core->cgroups->procs_files(pod->uid) : std::vector<std::string>{});
+    sp.dups = {{null_fd.fd, 0}, {null_fd.fd, 1}, {null_fd.fd, 2}, {pod->inner_pidfd.fd, 4}};
+    // Killed with the exec processes when the cluster stops, and forgotten once reaped (before
+    // its pid can be reused).
+    auto on_start = [weak = core->self](pid_t pid) {
+        if (auto c = weak.lock()) c->exec_pids.insert(pid);
+    };
+    auto on_exit = [weak = core->self](pid_t pid) {
+        if (auto c = weak.lock()) c->exec_pids.erase(pid);
+    };
+    std::string why = "cannot open /dev/null";
+    std::shared_ptr<PodSpawner> spawner;
+    if (null_fd.fd >= 0)
+        spawner = co_await PodSpawner::start(core->executor, std::move(sp), 5s, on_start, on_exit, why);
+    pod->spawner_starting = false;
+    if (!spawner) {
+        core->log("pod " + pod->ns + "/" + pod->name + ": " + why + "; its execs start one by one");
+        pod->spawner_failed_generation = generation;
+        co_return nullptr;
+    }
+    if (pod->removed || pod->container_generation != generation) {
+        spawner->stop();
+        co_return nullptr;
+    }
+    pod->spawner = spawner;
+    pod->spawner_generation = generation;
+    co_return spawner;
+}
 
 }  // namespace
 
@@ -507,24 +558,41 @@ asio::awaitable<void> Kubelet::serve_exec(StreamRequest request) {
         co_await fail_session("unable to upgrade connection: " + not_found);
         co_return;
     }
-    Spawn sp;
-    sp.env = pod->plan->env;
-    sp.new_session = true;
-    if (core->isolation) {
-        // The command counts against the pod's limits (memory, pids) like its own processes.
-        const int pinned = pod->inner_pidfd.fd >= 0 ? 3 : -1;
-        sp.argv =
-            exec_argv(*pod->plan, core->layout, pod->inner_pid, pinned,
-                      core->cgroups ? core->cgroups->procs_files(pod->uid) : std::vector<std::string>{}, q.command);
-    } else {
-        sp.argv = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", (pod->dir / "workspace").string()};
-        sp.argv.insert(sp.argv.end(), q.command.begin(), q.command.end());
+    const int in_fd = q.in ? in_r.fd : null_fd.fd;
+    const int out_fd = q.out ? out_w.fd : null_fd.fd;
+    const int err_fd = q.err ? err_w.fd : (q.tty && q.out ? out_w.fd : null_fd.fd);
+    if (auto spawner = co_await spawner_for(core, pod)) {
+        if (auto id = co_await spawner->submit(q.command, in_fd, out_fd, err_fd)) {
+            s.spawner = std::move(spawner);
+            s.spawn_id = *id;
+        }
     }
-    sp.dups = {{q.in ? in_r.fd : null_fd.fd, 0},
-               {q.out ? out_w.fd : null_fd.fd, 1},
-               {q.err ? err_w.fd : (q.tty && q.out ? out_w.fd : null_fd.fd), 2}};
-    if (core->isolation && pod->inner_pidfd.fd >= 0) sp.dups.push_back({pod->inner_pidfd.fd, 3});
-    pid_t pid = sp.run();
+    // Without a spawner: a process of its own per command (kubesandbox-enter, or a shell
+    // without isolation).
+    auto start_one = [&]() -> pid_t {
+        Spawn sp;
+        sp.env = pod->plan->env;
+        sp.new_session = true;
+        if (core->isolation) {
+            // The command counts against the pod's limits (memory, pids) like its own processes.
+            const int pinned = pod->inner_pidfd.fd >= 0 ? 3 : -1;
+            sp.argv =
+                exec_argv(*pod->plan, core->layout, pod->inner_pid, pinned,
+                          core->cgroups ? core->cgroups->procs_files(pod->uid) : std::vector<std::string>{}, q.command);
+        } else {
+            sp.argv = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", (pod->dir / "workspace").string()};
+            sp.argv.insert(sp.argv.end(), q.command.begin(), q.command.end());
+        }
+        sp.dups = {{in_fd, 0}, {out_fd, 1}, {err_fd, 2}};
+        if (core->isolation && pod->inner_pidfd.fd >= 0) sp.dups.push_back({pod->inner_pidfd.fd, 3});
+        return sp.run();
+    };
+    // The container may have ended while the spawner started.
+    if (!s.spawner && (pod->removed || !pod->running())) {
+        co_await fail_session("unable to upgrade connection: " + not_found);
+        co_return;
+    }
+    pid_t pid = s.spawner ? 0 : start_one();
     in_r.reset();
     out_w.reset();
     err_w.reset();
@@ -532,9 +600,11 @@ asio::awaitable<void> Kubelet::serve_exec(StreamRequest request) {
         co_await fail_session(std::string("unable to start the command: ") + std::strerror(-pid));
         co_return;
     }
-    s.pid = pid;
-    s.pidfd = util::open_pidfd(pid);
-    core->exec_pids.insert(pid);
+    if (pid > 0) {
+        s.pid = pid;
+        s.pidfd = util::open_pidfd(pid);
+        core->exec_pids.insert(pid);
+    }
     for (int fd : {in_w.fd, out_r.fd, err_r.fd}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     s.in_sd.assign(in_w.release());
     s.out_sd.assign(out_r.release());
@@ -545,7 +615,7 @@ asio::awaitable<void> Kubelet::serve_exec(StreamRequest request) {
     }
     stream.expires_never();
     co_await (s.reader(q.in) && s.main_flow(q.out, q.err, q.command));
-    core->exec_pids.erase(pid);
+    if (pid > 0) core->exec_pids.erase(pid);
     stream.close();
 }
 

@@ -445,17 +445,32 @@ std::vector<std::string> bwrap_argv(const ContainerPlan& plan, const HostLayout&
     return a;
 }
 
-std::vector<std::string> exec_argv(const ContainerPlan& plan, const HostLayout& layout, int pod_pid, int pidfd_fd,
-                                   const std::vector<std::string>& cgroup_procs,
-                                   const std::vector<std::string>& command) {
+namespace {
+std::vector<std::string> enter_argv(const ContainerPlan& plan, const HostLayout& layout, int pod_pid, int pidfd_fd,
+                                    const std::vector<std::string>& cgroup_procs) {
     std::vector<std::string> a = {
         layout.enter_program.string(), "--target", std::to_string(pod_pid), "--uid", std::to_string(plan.uid), "--gid",
         std::to_string(plan.gid),      "--cwd",    plan.working_dir};
     if (pidfd_fd >= 0) a.insert(a.end(), {"--target-pidfd", std::to_string(pidfd_fd)});
     for (const auto& f : cgroup_procs) a.insert(a.end(), {"--cgroup-procs", f});
     if (plan.seccomp) a.push_back("--seccomp");
+    return a;
+}
+}  // namespace
+
+std::vector<std::string> exec_argv(const ContainerPlan& plan, const HostLayout& layout, int pod_pid, int pidfd_fd,
+                                   const std::vector<std::string>& cgroup_procs,
+                                   const std::vector<std::string>& command) {
+    std::vector<std::string> a = enter_argv(plan, layout, pod_pid, pidfd_fd, cgroup_procs);
     a.push_back("--");
     a.insert(a.end(), command.begin(), command.end());
+    return a;
+}
+
+std::vector<std::string> spawner_argv(const ContainerPlan& plan, const HostLayout& layout, int pod_pid, int pidfd_fd,
+                                      const std::vector<std::string>& cgroup_procs) {
+    std::vector<std::string> a = enter_argv(plan, layout, pod_pid, pidfd_fd, cgroup_procs);
+    a.insert(a.end(), {"--serve", "3"});
     return a;
 }
 

@@ -138,6 +138,11 @@ std::vector<std::string> exec_argv(const ContainerPlan& plan, const HostLayout& 
                                    const std::vector<std::string>& cgroup_procs,
                                    const std::vector<std::string>& command);
 
+// argv for the pod's spawner: kubesandbox-enter as above, serving the socket at descriptor 3
+// instead of running one command (pod_spawner.hpp).
+std::vector<std::string> spawner_argv(const ContainerPlan& plan, const HostLayout& layout, int pod_pid, int pidfd_fd,
+                                      const std::vector<std::string>& cgroup_procs);
+
 // Parses {"child-pid": N, ...} from bwrap --info-fd output; 0 when absent.
 int parse_child_pid(std::string_view info_json);
 

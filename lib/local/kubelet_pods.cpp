@@ -272,6 +272,7 @@ asio::awaitable<void> Core::run_pod(std::shared_ptr<PodRecord> p) {
         } else {
             if (isolation) {
                 p->inner_pid = co_await read_child_pid(std::move(std::get<Fd>(started)));
+                ++p->container_generation;
                 if (p->inner_pid > 0) p->inner_pidfd = Fd(util::open_pidfd(p->inner_pid));
                 if (gone()) co_return;
                 co_await wait_sandbox_ready(*p);

@@ -253,6 +253,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::start(LocalClusterOptions op
     kopts.images = options.images;
     kopts.allow_no_isolation = options.allow_no_isolation;
     kopts.bwrap_program = options.bwrap_program;
+    kopts.exec_spawner = options.exec_spawner;
     kopts.logger = options.logger;
     kopts.runtime_program = find_runtime_program(options.runtime_program);
     local::ApiServer* api = impl->api.get();

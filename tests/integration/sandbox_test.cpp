@@ -176,6 +176,61 @@ TEST_F(SandboxTest, AShellCommandBehavesAsShC) {
     });
 }
 
+// A command line near the API server's limit on a request head (64 KiB here): longer than one
+// message to the local kubelet's spawner, so it starts the other way, with the same result.
+TEST_F(SandboxTest, ACommandLineOfSixtyKilobytesRuns) {
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create_pod();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        const std::string word(61 * 1024, 'a');
+        auto r = co_await (*sb)->execute("x=" + word + "; echo ${#x}");
+        EXPECT_TRUE(r && r->exit_code == 0 && r->output == std::to_string(word.size()) + "\n")
+            << (r ? r->output : r.error().message);
+        co_await p.delete_sandbox((*sb)->pod_name());
+    });
+}
+
+// Many commands at once on one sandbox, ending in another order than they started: each call
+// gets its own command's output and exit code.
+TEST_F(SandboxTest, ConcurrentExecutesEachGetTheirOwnResult) {
+    using namespace asio::experimental::awaitable_operators;
+    auto p = provider();
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await p.get_or_create_pod();
+        EXPECT_TRUE(sb.has_value());
+        if (!sb) co_return;
+        auto& s = **sb;
+        // The spawner of the pod's execs is up before the burst, so the burst goes through it.
+        auto first = co_await s.execute("true");
+        EXPECT_TRUE(first && first->exit_code == 0);
+        constexpr int kCalls = 24;
+        std::vector<std::optional<Result<ExecuteResponse>>> results(kCalls);
+        auto one = [&](int i) -> asio::awaitable<void> {
+            // Later calls sleep less, so they end first.
+            results[i] = co_await s.execute("sleep 0." + std::to_string((kCalls - i) % 10) + "; echo call" +
+                                            std::to_string(i) + "; exit " + std::to_string(i));
+        };
+        auto ex = co_await asio::this_coro::executor;
+        int running = kCalls;
+        asio::steady_timer all_done(ex, std::chrono::steady_clock::time_point::max());
+        for (int i = 0; i < kCalls; ++i) {
+            asio::co_spawn(ex, one(i), [&](std::exception_ptr) {
+                if (--running == 0) all_done.cancel();
+            });
+        }
+        while (running > 0) co_await all_done.async_wait(asio::as_tuple(asio::use_awaitable));
+        for (int i = 0; i < kCalls; ++i) {
+            EXPECT_TRUE(results[i] && *results[i]) << i;
+            if (!results[i] || !*results[i]) continue;
+            EXPECT_EQ((*results[i])->output, "call" + std::to_string(i) + "\n");
+            EXPECT_EQ((*results[i])->exit_code, i);
+        }
+        co_await p.delete_sandbox(s.pod_name());
+    });
+}
+
 // A NUL would cut the command short on its way through exec's argv; a negative timeout has no
 // meaning. Both are refused before anything runs.
 TEST_F(SandboxTest, CallerMistakesAreTypedErrorsAndRunNothing) {

@@ -72,12 +72,15 @@ protected:
         options.data_dir = dir_;
         options.pod_pids_limit = 128;  // small enough for a fork loop to hit quickly
         options.storage_check_interval = std::chrono::milliseconds(200);
+        adjust(options);
         kubelet_ =
             std::make_unique<Kubelet>(io_.get_executor(), options,
                                       [this](const std::string&, const std::string&, const std::string& uid,
                                              json::object status) { statuses_[uid].push_back(std::move(status)); });
         ASSERT_TRUE(kubelet_->isolation_available()) << kubelet_->isolation_problem();
     }
+    // A test's own kubelet options.
+    virtual void adjust(KubeletOptions&) {}
     void TearDown() override {
         kubelet_->shutdown();
         kubelet_.reset();
@@ -175,5 +178,16 @@ protected:
     std::unique_ptr<Kubelet> kubelet_;
     std::map<std::string, std::vector<json::object>> statuses_;
 };
+
+// Exec tests that hold for both ways the kubelet starts a command: from the pod's spawner, and
+// with a kubesandbox-enter of its own (the way without a spawner).
+class KubeletExecTest : public KubeletTest, public ::testing::WithParamInterface<bool> {
+protected:
+    void adjust(KubeletOptions& options) override { options.exec_spawner = GetParam(); }
+};
+
+inline std::string exec_way(const ::testing::TestParamInfo<bool>& info) {
+    return info.param ? "FromTheSpawner" : "EnterPerExec";
+}
 
 }  // namespace kubelet_test

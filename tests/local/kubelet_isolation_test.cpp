@@ -37,7 +37,7 @@ TEST_F(KubeletTest, SubPathRefusesSymlinksThePodPlanted) {
 
 // A command exec'd into a pod gets the pod's confinement: no controlling terminal, no nested
 // user namespace.
-TEST_F(KubeletTest, ExecdCommandsAreConfinedLikeThePod) {
+TEST_P(KubeletExecTest, ExecdCommandsAreConfinedLikeThePod) {
     auto pod = running_pod("exec-confined");
     auto r = exec(pod, {"sh", "-c",
                         "unshare -U true 2>/dev/null && echo LEAK-userns; "
@@ -48,7 +48,7 @@ TEST_F(KubeletTest, ExecdCommandsAreConfinedLikeThePod) {
 // A pod's processes and the commands exec'd into it run under the runtime-default seccomp
 // filter with the pod's capabilities: none, even for uid 0 (entering the pod's user namespace
 // used to hand exec'd commands every capability in it), and no_new_privs.
-TEST_F(KubeletTest, ExecdCommandsGetThePodsSeccompFilterAndCapabilities) {
+TEST_P(KubeletExecTest, ExecdCommandsGetThePodsSeccompFilterAndCapabilities) {
     const char* status_lines = "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status";
     const std::string confined = "CapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n";
     for (auto [image, uid] : {std::pair<const char*, int>{"busybox", 1000}, {"ubuntu:24.04", 0}}) {
@@ -161,7 +161,7 @@ TEST_F(KubeletTest, MemoryLimitEndsInOomKilled) {
 
 // An exec'd command is inside the pod's cgroups: the same cgroup as the pod's process, and its
 // memory limit ends a command that allocates past it.
-TEST_F(KubeletTest, ExecdCommandsCountAgainstThePodsLimits) {
+TEST_P(KubeletExecTest, ExecdCommandsCountAgainstThePodsLimits) {
     if (!limits_enforced(*kubelet_)) GTEST_SKIP() << kubelet_->limits_problem();
     auto raw = make_pod("exec-limited", "busybox", json::array{"sleep", "infinity"});
     raw["spec"].as_object()["containers"].as_array()[0].as_object()["resources"] =

@@ -161,7 +161,7 @@ TEST_F(KubeletTest, ExecSeparatesStdoutAndStderr) {
     EXPECT_EQ(r.close_code, 1000);
 }
 
-TEST_F(KubeletTest, ExecExitCodes) {
+TEST_P(KubeletExecTest, ExecExitCodes) {
     auto pod = running_pod("exec2");
     EXPECT_EQ(exit_code(exec(pod, {"true"})), 0);
     EXPECT_EQ(exit_code(exec(pod, {"sh", "-c", "exit 1"})), 1);
@@ -171,7 +171,7 @@ TEST_F(KubeletTest, ExecExitCodes) {
     EXPECT_FALSE(missing.err.empty());
 }
 
-TEST_F(KubeletTest, ExecStdinWithV5Close) {
+TEST_P(KubeletExecTest, ExecStdinWithV5Close) {
     auto pod = running_pod("exec3");
     std::string input(100000, 'x');
     input += "end\n";
@@ -193,7 +193,7 @@ TEST_F(KubeletTest, ExecSharesThePodsProcesses) {
     EXPECT_EQ(files.out, "hi\n");
 }
 
-TEST_F(KubeletTest, ExecLeadsASessionOfItsOwn) {
+TEST_P(KubeletExecTest, ExecLeadsASessionOfItsOwn) {
     // As under runc: the command leads its own session and process group, so a client's
     // launcher needs no setsid and a timeout can kill the group whole.
     auto pod = running_pod("exec6");
@@ -239,7 +239,7 @@ TEST_F(KubeletTest, ExecRejectsFragmentedMessages) {
     EXPECT_EQ(r.close_code, 1002);
 }
 
-TEST_F(KubeletTest, ExecEndsWhenThePodDies) {
+TEST_P(KubeletExecTest, ExecEndsWhenThePodDies) {
     auto pod = running_pod("exec9");
     ExecResult r;
     bool started = false;
@@ -313,6 +313,59 @@ TEST_F(KubeletTest, ShutdownLeavesNoProcess) {
     EXPECT_TRUE(processes_mentioning(needle).empty());
 }
 
+// Spawners this test's kubelet started (their parent is this process).
+std::size_t own_spawners() {
+    const std::string serving("\0--serve\0", 9);
+    std::size_t n = 0;
+    for (const auto& p : kubesandbox::test::processes()) {
+        if (p.zombie || p.cmdline.find(serving) == std::string::npos) continue;
+        std::string stat = kubesandbox::test::read_proc_file(p.pid, "stat");
+        auto close_paren = stat.rfind(')');
+        if (close_paren == std::string::npos) continue;
+        std::istringstream rest(stat.substr(close_paren + 2));
+        std::string state;
+        pid_t parent = 0;
+        rest >> state >> parent;
+        if (parent == ::getpid()) ++n;
+    }
+    return n;
+}
+
+// Execs start from one spawner per pod (kubesandbox-enter --serve), outside the pod's pid
+// namespace: the command's parent is invisible to it. The spawner ends with its pod.
+TEST_F(KubeletTest, ExecsStartFromOneSpawnerPerPod) {
+    EXPECT_EQ(own_spawners(), 0u);
+    auto pod = running_pod("spawned");
+    for (int i = 0; i < 3; ++i) {
+        auto r = exec(pod, {"sh", "-c", "grep PPid /proc/$$/status; exit " + std::to_string(i)});
+        EXPECT_EQ(r.out, "PPid:\t0\n") << r.err;
+        EXPECT_EQ(exit_code(r), i);
+    }
+    EXPECT_EQ(own_spawners(), 1u);
+    kubelet_->pod_deleted(pod);
+    EXPECT_TRUE(run_until([&] { return own_spawners() == 0; }, 10s));
+}
+
+std::size_t open_descriptors() {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/self/fd")) ++n;
+    return n;
+}
+
+// The client breaks the protocol (a fragmented message) while its command runs on silently: the
+// session ends at once and lets go of its connection and pipes, and the command runs on, as
+// under a real kubelet, until a client kills it.
+TEST_P(KubeletExecTest, ASessionWhoseClientIsGoneEndsWhileItsCommandRunsOn) {
+    auto pod = running_pod("abandoned");
+    EXPECT_EQ(exec(pod, {"true"}).status, R"({"metadata":{},"status":"Success"})");
+    const std::size_t before = open_descriptors();
+    auto r = exec(pod, {"sleep", "4343"}, std::string(8000, 'y'), "&stdout=true", false, "v5.channel.k8s.io", true);
+    EXPECT_EQ(r.close_code, 1002);
+    EXPECT_TRUE(run_until([&] { return open_descriptors() <= before; }, 5s))
+        << open_descriptors() << " descriptors open, " << before << " before";
+    EXPECT_NE(exec(pod, {"ps"}).out.find("sleep 4343"), std::string::npos);
+}
+
 TEST_F(KubeletTest, LogsFollowUntilThePodEnds) {
     auto pod = start(make_pod("logs", "busybox",
                               json::array{"sh", "-c", "for i in 1 2 3; do echo line$i; sleep 0.3; done"}, "Never"));
@@ -350,6 +403,9 @@ TEST_F(KubeletTest, LogsFollowUntilThePodEnds) {
     EXPECT_EQ(fetch("?follow=true"), "line1\nline2\nline3\n");
     EXPECT_EQ(fetch("?tailLines=1"), "line3\n");
 }
+
+// The exec tests marked TEST_P here and in kubelet_isolation_test.cpp.
+INSTANTIATE_TEST_SUITE_P(BothWays, KubeletExecTest, ::testing::Bool(), exec_way);
 
 }  // namespace
 }  // namespace kubelet_test
