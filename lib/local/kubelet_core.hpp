@@ -1,6 +1,8 @@
 // Inside the local kubelet: pod records and the supervisor (Core) that its files share.
 //   kubelet.cpp       pod lifecycle: start, readiness, restarts, deadlines, deletion, status
-//   kubelet_exec.cpp  exec over the WebSocket channel protocol, and port-forward
+//   kubelet_exec.cpp  exec over the WebSocket channel protocol
+//   kubelet_spawner.cpp  each pod's exec spawner (pod_spawner.hpp)
+//   kubelet_streams.cpp  one-shot answers on stream connections, port-forward's entry
 //   kubelet_logs.cpp  container logs (tail, limits, follow)
 //   kubelet_setup.cpp host layout, busybox image root, isolation probe
 //   process.cpp       spawning, reaping and finding child processes
@@ -54,6 +56,12 @@ std::string now_time();
 
 // Resolves the container of an exec/log request; on failure returns the 400 message.
 std::optional<std::string> pick_container(const json::object& pod, bool has_container, std::string& container);
+
+// The pod's exec spawner, started at its first exec; null when commands start one by one (no
+// isolation, no pinned first process, a start under way or failed for this container).
+struct Core;
+struct PodRecord;
+asio::awaitable<std::shared_ptr<PodSpawner>> spawner_for(std::shared_ptr<Core> core, std::shared_ptr<PodRecord> pod);
 
 // A one-shot HTTP answer on a stream request's connection (which is then closed).
 asio::awaitable<void> write_response(net::AnyStream& stream, unsigned version, boost::beast::http::status status,

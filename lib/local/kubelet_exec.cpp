@@ -1,9 +1,9 @@
-// The local kubelet's exec: the command joins the pod (kubesandbox-enter) and its streams
-// travel over the Kubernetes WebSocket channel protocol (v5 with close, or v4); and port-forward.
+// The local kubelet's exec: the command starts in the pod (from its spawner, or a
+// kubesandbox-enter of its own) and its streams travel over the Kubernetes WebSocket channel
+// protocol (v5 with close, or v4).
 #include "local/kubelet.hpp"
 
 #include "local/kubelet_core.hpp"
-#include "local/port_forward.hpp"
 #include "proto/status.hpp"
 #include "util/child_process.hpp"
 
@@ -39,14 +39,6 @@ using namespace asio::experimental::awaitable_operators;
 namespace {
 
 constexpr std::size_t kChunk = 32 * 1024;  // exec messages: 32 KiB payload, like client-go/kubelet
-
-std::vector<std::string> container_names(const json::object& pod) {
-    std::vector<std::string> names;
-    for (const auto& c : arr(obj(pod, "spec"), "containers")) {
-        if (c.is_object()) names.push_back(str(c.get_object(), "name"));
-    }
-    return names;
-}
 
 // A byte stream for Beast's websocket: replays bytes the HTTP server read past the request head,
 // then reads the socket; every inbound byte goes through a FrameSniffer.
@@ -126,41 +118,6 @@ private:
     bool busy_ = false;
     asio::steady_timer cv_;
 };
-
-struct ExecQuery {
-    std::vector<std::string> command;
-    std::string container;
-    bool has_container = false;
-    bool in = false, out = false, err = false, tty = false;
-};
-
-ExecQuery parse_exec_query(std::string_view target) {
-    ExecQuery q;
-    auto url = boost::urls::parse_origin_form(target);
-    if (!url) return q;
-    std::map<std::string, std::optional<std::string>> flags;
-    for (auto param : url->params()) {
-        if (param.key == "command") {
-            q.command.push_back(param.value);
-        } else if (param.key == "container") {
-            q.container = param.value;
-            q.has_container = true;
-        } else {
-            flags[param.key] =
-                param.has_value ? std::optional<std::string>(param.value) : std::optional<std::string>("");
-        }
-    }
-    auto flag = [&](const char* k) -> bool {
-        auto it = flags.find(k);
-        if (it == flags.end()) return false;
-        return query_bool(it->second ? std::optional<std::string_view>(*it->second) : std::nullopt);
-    };
-    q.in = flag("stdin");
-    q.out = flag("stdout");
-    q.err = flag("stderr");
-    q.tty = flag("tty");
-    return q;
-}
 
 struct ExecSession {
     using Ws = websocket::stream<ExecStream>;
@@ -350,92 +307,7 @@ struct ExecSession {
     }
 };
 
-// The pod's spawner, started at its first exec; null when commands start one by one (no isolation,
-// no pinned first process, a start under way or failed for this container).
-asio::awaitable<std::shared_ptr<PodSpawner>> spawner_for(std::shared_ptr<Core> core, std::shared_ptr<PodRecord> pod) {
-    if (!core->options.exec_spawner || !core->isolation || !pod->plan || pod->inner_pidfd.fd < 0 || pod->removed ||
-        !pod->running())
-        co_return nullptr;
-    const std::uint64_t generation = pod->container_generation;
-    if (pod->spawner && pod->spawner_generation == generation && pod->spawner->alive()) co_return pod->spawner;
-    if (pod->spawner_starting || pod->spawner_failed_generation == generation) co_return nullptr;
-    if (pod->spawner) pod->spawner->stop();
-    pod->spawner.reset();
-    pod->spawner_starting = true;
-    Fd null_fd(::open("/dev/null", O_RDWR | O_CLOEXEC));
-    Spawn sp;
-    sp.env = pod->plan->env;
-    sp.new_session = true;
-    sp.argv = spawner_argv(*pod->plan, core->layout, pod->inner_pid, 4,
-                           core->cgroups ? core->cgroups->procs_files(pod->uid) : std::vector<std::string>{});
-    sp.dups = {{null_fd.fd, 0}, {null_fd.fd, 1}, {null_fd.fd, 2}, {pod->inner_pidfd.fd, 4}};
-    // Killed with the exec processes when the cluster stops, and forgotten once reaped (before
-    // its pid can be reused).
-    auto on_start = [weak = core->self](pid_t pid) {
-        if (auto c = weak.lock()) c->exec_pids.insert(pid);
-    };
-    auto on_exit = [weak = core->self](pid_t pid) {
-        if (auto c = weak.lock()) c->exec_pids.erase(pid);
-    };
-    std::string why = "cannot open /dev/null";
-    std::shared_ptr<PodSpawner> spawner;
-    if (null_fd.fd >= 0)
-        spawner = co_await PodSpawner::start(core->executor, std::move(sp), 5s, on_start, on_exit, why);
-    pod->spawner_starting = false;
-    if (!spawner) {
-        core->log("pod " + pod->ns + "/" + pod->name + ": " + why + "; its execs start one by one");
-        pod->spawner_failed_generation = generation;
-        co_return nullptr;
-    }
-    if (pod->removed || pod->container_generation != generation) {
-        spawner->stop();
-        co_return nullptr;
-    }
-    pod->spawner = spawner;
-    pod->spawner_generation = generation;
-    co_return spawner;
-}
-
 }  // namespace
-
-// Resolves the container of an exec/log request; on failure returns the 400 message.
-std::optional<std::string> pick_container(const json::object& pod, bool has_container, std::string& container) {
-    auto names = container_names(pod);
-    std::string pod_name = str(obj(pod, "metadata"), "name");
-    if (!has_container || container.empty()) {
-        if (names.size() == 1) {
-            container = names[0];
-            return std::nullopt;
-        }
-        std::string list;
-        for (const auto& n : names) list += (list.empty() ? "" : " ") + n;
-        return "a container name must be specified for pod " + pod_name + ", choose one of: [" + list + "]";
-    }
-    if (std::find(names.begin(), names.end(), container) == names.end()) {
-        return "container " + container + " is not valid for pod " + pod_name;
-    }
-    return std::nullopt;
-}
-
-asio::awaitable<void> write_response(net::AnyStream& stream, unsigned version, http::status status,
-                                     std::string content_type, std::string body) {
-    http::response<http::string_body> res{status, version};
-    res.set(http::field::content_type, content_type);
-    res.set(http::field::cache_control, "no-cache, private");
-    res.keep_alive(false);
-    res.body() = std::move(body);
-    res.prepare_payload();
-    auto [ec, n] = co_await http::async_write(stream, res, tuple_awaitable);
-    (void)n;
-    if (!ec) co_await stream.async_shutdown(tuple_awaitable);
-    stream.close();
-}
-
-asio::awaitable<void> write_status(net::AnyStream& stream, unsigned version, unsigned code, std::string_view reason,
-                                   std::string message) {
-    co_await write_response(stream, version, static_cast<http::status>(code), "application/json",
-                            json::serialize(proto::make_status(code, reason, message)));
-}
 
 }  // namespace kubelet_detail
 
@@ -617,27 +489,6 @@ asio::awaitable<void> Kubelet::serve_exec(StreamRequest request) {
     co_await (s.reader(q.in) && s.main_flow(q.out, q.err, q.command));
     if (pid > 0) core->exec_pids.erase(pid);
     stream.close();
-}
-
-asio::awaitable<void> Kubelet::serve_portforward(StreamRequest request) {
-    auto core = impl_->core;
-    unsigned version = request.request.version();
-    std::string uid = str(obj(request.pod, "metadata"), "uid");
-    std::shared_ptr<PodRecord> pod;
-    if (auto it = core->pods.find(uid); it != core->pods.end() && !it->second->removed) pod = it->second;
-    if (!pod || !pod->running()) {
-        co_await write_status(request.stream, version, 400, "BadRequest",
-                              "pod " + str(obj(request.pod, "metadata"), "name") + " is not running");
-        co_return;
-    }
-    co_await serve_port_forward(std::move(request), pod->inner_pid);
-}
-
-int Kubelet::network_pid(std::string_view namespace_name, std::string_view name) const {
-    for (const auto& [uid, pod] : impl_->core->pods) {
-        if (pod->ns == namespace_name && pod->name == name && !pod->removed && pod->running()) return pod->inner_pid;
-    }
-    return 0;
 }
 
 }  // namespace kubesandbox::local

@@ -6,6 +6,7 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/string.hpp>
 #include <boost/json/value.hpp>
+#include <boost/url/parse.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -497,6 +498,34 @@ bool query_bool(std::optional<std::string_view> value) {
     std::string lower(*value);
     std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
     return lower != "false";
+}
+
+ExecQuery parse_exec_query(std::string_view target) {
+    ExecQuery q;
+    auto url = boost::urls::parse_origin_form(target);
+    if (!url) return q;
+    std::map<std::string, std::optional<std::string>> flags;
+    for (auto param : url->params()) {
+        if (param.key == "command") {
+            q.command.push_back(param.value);
+        } else if (param.key == "container") {
+            q.container = param.value;
+            q.has_container = true;
+        } else {
+            flags[param.key] =
+                param.has_value ? std::optional<std::string>(param.value) : std::optional<std::string>("");
+        }
+    }
+    auto flag = [&](const char* k) -> bool {
+        auto it = flags.find(k);
+        if (it == flags.end()) return false;
+        return query_bool(it->second ? std::optional<std::string_view>(*it->second) : std::nullopt);
+    };
+    q.in = flag("stdin");
+    q.out = flag("stdout");
+    q.err = flag("stderr");
+    q.tty = flag("tty");
+    return q;
 }
 
 json::object exec_exit_status(int exit_code, const std::vector<std::string>& command) {

@@ -152,6 +152,16 @@ std::string format_time(std::int64_t unix_seconds);
 // Kubernetes' query boolean rule: absent, "0" or "false" (any case) -> false; otherwise true.
 bool query_bool(std::optional<std::string_view> value);
 
+// An exec request's query: the command (one `command` parameter per argument), the container and
+// which streams it wants.
+struct ExecQuery {
+    std::vector<std::string> command;
+    std::string container;
+    bool has_container = false;
+    bool in = false, out = false, err = false, tty = false;
+};
+ExecQuery parse_exec_query(std::string_view target);
+
 // Channel-3 Status after an exec finished (v4/v5 shape: no kind/apiVersion).
 boost::json::object exec_exit_status(int exit_code, const std::vector<std::string>& command);
 // Channel-3 Status for an infrastructure failure (InternalError, code 500).

@@ -48,6 +48,23 @@ TEST(KubeletPlan, ExecStatusShapes) {
         R"({"metadata":{},"status":"Failure","message":"command terminated with non-zero exit code: error executing command [sh -c exit 3], exit code 3","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"3"}]}})");
 }
 
+TEST(KubeletPlan, ExecQueriesKeepTheirArgumentsInOrder) {
+    auto q = kubesandbox::local::parse_exec_query(
+        "/api/v1/namespaces/d/pods/p/exec?command=sh&command=-c&command=echo%20%22a%26b%22%3B%20%24HOME"
+        "&command=&container=main&stdout=true&stderr=1&stdin=false&tty");
+    EXPECT_EQ(q.command, (std::vector<std::string>{"sh", "-c", "echo \"a&b\"; $HOME", ""}));
+    EXPECT_TRUE(q.has_container);
+    EXPECT_EQ(q.container, "main");
+    EXPECT_TRUE(q.out);
+    EXPECT_TRUE(q.err);
+    EXPECT_FALSE(q.in);
+    EXPECT_TRUE(q.tty);  // present without a value: true, as the API server reads it
+    auto none = kubesandbox::local::parse_exec_query("/exec?stdin=0");
+    EXPECT_TRUE(none.command.empty());
+    EXPECT_FALSE(none.has_container);
+    EXPECT_FALSE(none.in || none.out || none.err || none.tty);
+}
+
 TEST(KubeletPlan, FrameSnifferSeesFragments) {
     kubesandbox::local::FrameSniffer whole, split;
     const unsigned char single[] = {0x82, 0x82, 1, 2, 3, 4, 0xaa, 0xbb};  // FIN binary, masked, 2 bytes
