@@ -136,7 +136,8 @@ struct ExecSession {
     asio::steady_timer close_timer, watch_timer;
     pid_t pid = -1;
     int pidfd = -1;
-    std::shared_ptr<PodSpawner> spawner;  // or the pod's spawner started the command
+    std::set<pid_t>* exec_pids = nullptr;  // the kubelet's, holding `pid` until it is reaped
+    std::shared_ptr<PodSpawner> spawner;   // or the pod's spawner started the command
     std::uint64_t spawn_id = 0;
     bool exited = false;
     bool reader_done = false;
@@ -226,6 +227,8 @@ struct ExecSession {
         }
         int code = *reaped;
         exited = true;
+        // Reaped: the pid may be reused from now on, so the shutdown's kill list forgets it.
+        if (exec_pids && pid > 0) exec_pids->erase(pid);
         error_code ignored;
         in_sd.close(ignored);
         co_return code;
@@ -476,6 +479,7 @@ asio::awaitable<void> Kubelet::serve_exec(StreamRequest request) {
         s.pid = pid;
         s.pidfd = util::open_pidfd(pid);
         core->exec_pids.insert(pid);
+        s.exec_pids = &core->exec_pids;
     }
     for (int fd : {in_w.fd, out_r.fd, err_r.fd}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     s.in_sd.assign(in_w.release());
@@ -487,7 +491,7 @@ asio::awaitable<void> Kubelet::serve_exec(StreamRequest request) {
     }
     stream.expires_never();
     co_await (s.reader(q.in) && s.main_flow(q.out, q.err, q.command));
-    if (pid > 0) core->exec_pids.erase(pid);
+    if (pid > 0 && !s.exited) core->exec_pids.erase(pid);
     stream.close();
 }
 

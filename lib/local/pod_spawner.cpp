@@ -168,11 +168,7 @@ asio::awaitable<void> PodSpawner::read_replies() {
             if (!reply) continue;
             auto it = waiters_.find(reply->id);
             if (it == waiters_.end()) continue;
-            if (it->second.abandoned) {
-                waiters_.erase(it);
-                continue;
-            }
-            if (it->second.exit_code) continue;
+            if (it->second.exit_code) continue;  // abandoned: its wait() erases it
             it->second.exit_code = exit_code_of(reply->wait_status);
             it->second.wake->cancel();
         }
@@ -191,7 +187,6 @@ void PodSpawner::abandon(std::uint64_t id) {
     auto it = waiters_.find(id);
     if (it == waiters_.end()) return;
     if (!it->second.exit_code) it->second.exit_code = 255;
-    it->second.abandoned = true;
     it->second.wake->cancel();
 }
 

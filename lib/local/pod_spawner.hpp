@@ -60,7 +60,6 @@ public:
 private:
     struct Waiter {
         std::optional<int> exit_code;
-        bool abandoned = false;  // erased when its status comes
         std::unique_ptr<boost::asio::steady_timer> wake;
     };
 
