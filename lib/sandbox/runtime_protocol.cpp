@@ -56,16 +56,18 @@ std::string execute_body(const std::vector<std::string>& argv) {
 // the status comes back through fd 5 into a command substitution (no temporary file, so a
 // read-only root works). After the timeout the watchdog writes "<marker>-timeout" and kills the
 // process group (the runtime starts each command in one of its own). The watchdog's sleep holds
-// none of the runtime's pipes, and a TERM ends it with its sleep, so nothing is left behind: the
-// trap only records the TERM, since one arriving between `sleep &` and `s=$!` would otherwise
-// find no pid to kill (a shell runs traps between commands; `wait` returns at once on a
-// pending one). The sleep gets KILL, not TERM: a forked child still runs the parent's trap
-// handler until it resets it, so a TERM landing there was only recorded and lost at exec,
-// leaving the sleep (about 1 in 1,200 quick commands on a loaded machine).
+// none of the runtime's pipes, and a TERM ends it with its sleep, so nothing is left behind. A
+// shell runs traps between commands, and `wait` returns early only for a signal still pending,
+// so the trap itself kills the sleep once $s names it: a TERM whose trap ran after the `[ -n
+// "$k" ]` check and before `wait` began left the watchdog waiting out the whole timeout, and the
+// execute with it (about once in 14,000 quick commands on a loaded machine). A TERM before `s=$!`
+// is recorded and acted on after it. The sleep gets KILL, not TERM: a forked child still runs
+// the parent's trap handler until it resets it, so a TERM landing there was only recorded and
+// lost at exec, leaving the sleep (about 1 in 1,200 quick commands on a loaded machine).
 constexpr const char* watchdog_script = R"SH(m=$1; t=$2; w=
 exec 4>&1
 if [ "$t" -gt 0 ] 2>/dev/null; then
-  ( k=; trap 'k=1' TERM
+  ( k=; s=; trap 'k=1; [ -z "$s" ] || kill -KILL "$s" 2>/dev/null' TERM
     sleep "$t" </dev/null >/dev/null 2>&1 & s=$!
     [ -n "$k" ] || wait "$s"
     if [ -n "$k" ]; then kill -KILL "$s" 2>/dev/null; exit 0; fi

@@ -47,6 +47,37 @@ int run_quietly(const std::vector<std::string>& args, const char* stderr_path = 
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// Runs argv in a process group of its own with all three streams on /dev/null; its exit status,
+// or -1 if it had not ended `limit` after the start (then the group is killed).
+int run_bounded(const std::vector<std::string>& args, std::chrono::milliseconds limit) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    for (int fd : {0, 1, 2}) posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd ? O_WRONLY : O_RDONLY, 0);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);
+    pid_t pid = 0;
+    int rc = posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+    if (rc != 0) return -2;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    int status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+        if (std::chrono::steady_clock::now() > deadline) {
+            kill(-pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+            return -1;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 // Live processes whose command line is exactly `sleep <seconds>` (zombies have none).
 std::vector<pid_t> sleepers_now(std::int64_t seconds) {
     std::string wanted = "sleep";
@@ -108,4 +139,29 @@ TEST(WatchdogScript, ATimedOutCommandIsReportedAndItsGroupKilled) {
     auto left = sleepers(marker_sleep);
     EXPECT_TRUE(left.empty());
     for (pid_t pid : left) kill(pid, SIGKILL);
+}
+
+// The command ends, the script sends its watchdog TERM, and the watchdog's trap runs at the worst
+// moment: after the watchdog has looked for an earlier TERM, before its `wait` for the sleep
+// begins (a shell runs traps between commands, and `wait` returns early only for a signal still
+// pending). A `wait` function ahead of the script makes that moment certain: in the watchdog (the
+// only place where $s names the sleep) it lets the trap run first, then waits as the builtin
+// would. Both
+// shells the sandbox images bring (dash as Debian's sh, busybox) are run. Seen in CI as an
+// execute that never returned (about once in 14,000 quick commands on a loaded machine).
+TEST(WatchdogScript, ATermArrivingJustBeforeTheWatchdogWaitsStillEndsItAtOnce) {
+    const std::int64_t timeout = 700000 + getpid() % 90000;
+    const std::string term_first =
+        "wait() { if [ -n \"${s-}\" ] && [ \"$1\" = \"$s\" ]; then while [ -z \"$k\" ]; do :; done; fi\n"
+        "  command wait \"$@\"; }\n";
+    for (std::vector<std::string> shell : {std::vector<std::string>{"sh"}, std::vector<std::string>{"busybox", "sh"}}) {
+        auto argv = rp::execute_argv("exit 3", "M", timeout);
+        argv[2] = term_first + argv[2];
+        argv.erase(argv.begin());
+        argv.insert(argv.begin(), shell.begin(), shell.end());
+        EXPECT_EQ(run_bounded(argv, std::chrono::seconds(10)), 3) << shell.back() << " (-1: still running after 10 s)";
+        auto left = sleepers(timeout);
+        EXPECT_TRUE(left.empty()) << left.size() << " watchdog sleeps left by " << shell.front();
+        for (pid_t pid : left) kill(pid, SIGKILL);
+    }
 }
