@@ -60,10 +60,15 @@ exec "$@"
 // Kills what a timed-out command left running: processes carrying its marker (in their
 // environment, or for the shell that runs a shell command, at the start of its script), their descendants
 // (which may have cleared their environment) and the process groups the marked processes lead.
-// Several passes catch children forked meanwhile. Never touches PID 1 or its own group.
+// Several passes catch children forked meanwhile; groups are matched against every process marked
+// in any pass, since a child forked just before its marked parent was killed carries no marker
+// when it cleared its environment, and its parent is pid 1 by the next pass. (A group's id is not
+// reused while the group has a member.) Zombies are passed over: already dead, and no
+// longer a sign that anything is left. Never touches PID 1 or its own group.
 constexpr const char* kill_script = R"SH(m="KUBESANDBOX_EXEC=$1"
 self=$$
 read -r _ _ _ _ selfpg _ < /proc/$self/stat 2>/dev/null
+leaders=
 for pass in 1 2 3 4 5; do
   marked= stats=
   for d in /proc/[0-9]*; do
@@ -73,11 +78,13 @@ for pass in 1 2 3 4 5; do
     s=$(cat "$d/stat" 2>/dev/null) || continue
     s=${s##*) }
     set -- $s
+    [ "$1" = Z ] && continue
     stats="$stats $p:$2:$3"
     if tr '\000' '\n' < "$d/environ" 2>/dev/null | grep -qxF -- "$m"; then marked="$marked $p"
     elif tr '\000' '\n' < "$d/cmdline" 2>/dev/null | grep -q -- "^$m; export KUBESANDBOX_EXEC; "; then marked="$marked $p"; fi
   done
-  [ -n "$marked" ] || break
+  leaders="$leaders$marked"
+  [ -n "$leaders" ] || break
   victims=$marked
   changed=1
   while [ -n "$changed" ]; do
@@ -87,9 +94,10 @@ for pass in 1 2 3 4 5; do
       case " $victims " in *" $p "*) continue ;; esac
       case " $victims " in *" $pp "*) victims="$victims $p"; changed=1; continue ;; esac
       [ "$pg" = "$selfpg" ] && continue
-      case " $marked " in *" $pg "*) victims="$victims $p"; changed=1 ;; esac
+      case " $leaders " in *" $pg "*) victims="$victims $p"; changed=1 ;; esac
     done
   done
+  [ -n "$victims" ] || break
   for p in $victims; do kill -9 "$p" 2>/dev/null; done
 done
 exit 0
