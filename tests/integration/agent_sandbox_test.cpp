@@ -346,6 +346,7 @@ TEST_F(AgentSandboxTest, TwoProvidersAskingForOneThreadShareOneClaim) {
 TEST_F(AgentSandboxTest, ExpiredClaimsAreCleanedUpAndDeletedClaimsReported) {
     auto p = provider(busybox());
     run([&]() -> asio::awaitable<void> {
+        co_await pool_filled(*p);  // a warm bind: the earlier tests may have emptied the pool
         GetOrCreateOptions o;
         o.sandbox_id = "short-lived";
         o.ttl_seconds = 3;  // long enough to be bound first on a slow machine

@@ -51,14 +51,16 @@ TEST_F(RawProviderTest, CleanupDeletesExpired) {
     run([&]() -> asio::awaitable<void> {
         GetOrCreateOptions shortlived;
         shortlived.sandbox_id = "ttl-short";
-        shortlived.ttl_seconds = 1;
+        // Two seconds, not one: the TTL is also the pod's activeDeadlineSeconds, counted from
+        // the kubelet's acceptance, so it must outlast the pod's start on a loaded machine.
+        shortlived.ttl_seconds = 2;
         GetOrCreateOptions keeper;
         keeper.sandbox_id = "ttl-keep";
         keeper.ttl_idle_seconds = 3600;
         auto a = co_await p->get_or_create_pod(shortlived);
         auto b = co_await p->get_or_create_pod(keeper);
         EXPECT_TRUE(a && b);
-        co_await sleep_for(2100ms);
+        co_await sleep_for(3100ms);
         auto r = co_await p->cleanup();
         EXPECT_TRUE(r) << r.error().describe();
         if (r) {
@@ -86,11 +88,11 @@ TEST_F(RawProviderTest, ReplicasReapingTheSameSandboxesCountEachOnce) {
         for (int i = 0; i < n; ++i) {
             GetOrCreateOptions o;
             o.sandbox_id = "reaped-twice-" + std::to_string(i);
-            o.ttl_seconds = 1;
+            o.ttl_seconds = 2;  // also the pod's activeDeadlineSeconds: it must outlast the start
             auto sb = co_await a->get_or_create_pod(o);
             EXPECT_TRUE(sb) << sb.error().describe();
         }
-        co_await sleep_for(2100ms);
+        co_await sleep_for(3100ms);
         auto ex = co_await asio::this_coro::executor;
         std::vector<Result<CleanupResult>> results;
         int done = 0;
@@ -163,7 +165,7 @@ TEST_F(RawProviderTest, PerSandboxCleanupNeverDeletesASharedNamespace) {
 
         GetOrCreateOptions o;
         o.sandbox_id = "shared-expired";
-        o.ttl_seconds = 1;
+        o.ttl_seconds = 2;  // also the pod's activeDeadlineSeconds: it must outlast the start
         auto sb = co_await shared->get_or_create_pod(o);
         EXPECT_TRUE(sb) << sb.error().describe();
         // And one labelled as a per-sandbox pod but living in the shared namespace.
@@ -179,7 +181,7 @@ TEST_F(RawProviderTest, PerSandboxCleanupNeverDeletesASharedNamespace) {
         const ResourcePath pp = pods("shared-team");
         auto ip = co_await client_->create(pp, impostor);
         EXPECT_TRUE(ip) << ip.error().describe();
-        co_await sleep_for(1100ms);
+        co_await sleep_for(3100ms);
 
         auto r = co_await per->cleanup(std::chrono::seconds(0));
         EXPECT_TRUE(r) << r.error().describe();
