@@ -60,11 +60,12 @@ exec "$@"
 // Kills what a timed-out command left running: processes carrying its marker (in their
 // environment, or for the shell that runs a shell command, at the start of its script), their descendants
 // (which may have cleared their environment) and the process groups the marked processes lead.
-// Several passes catch children forked meanwhile; groups are matched against every process marked
-// in any pass, since a child forked just before its marked parent was killed carries no marker
-// when it cleared its environment, and its parent is pid 1 by the next pass. (A group's id is not
-// reused while the group has a member.) Zombies are passed over: already dead, and no
-// longer a sign that anything is left. Never touches PID 1 or its own group.
+// Several passes catch children forked meanwhile; groups are matched against every group leader
+// marked in any pass, since a child forked just before its marked parent was killed carries no
+// marker when it cleared its environment, and its parent is pid 1 by the next pass. (A group's id
+// is not reused while the group has a member.) Zombies are passed over (already dead, and no
+// longer a sign that anything is left) unless other threads of theirs still run. Never touches
+// PID 1 or its own group.
 constexpr const char* kill_script = R"SH(m="KUBESANDBOX_EXEC=$1"
 self=$$
 read -r _ _ _ _ selfpg _ < /proc/$self/stat 2>/dev/null
@@ -78,13 +79,15 @@ for pass in 1 2 3 4 5; do
     s=$(cat "$d/stat" 2>/dev/null) || continue
     s=${s##*) }
     set -- $s
-    [ "$1" = Z ] && continue
+    [ "$1" = Z ] && [ "${18}" = 1 ] && continue
     stats="$stats $p:$2:$3"
-    if tr '\000' '\n' < "$d/environ" 2>/dev/null | grep -qxF -- "$m"; then marked="$marked $p"
-    elif tr '\000' '\n' < "$d/cmdline" 2>/dev/null | grep -q -- "^$m; export KUBESANDBOX_EXEC; "; then marked="$marked $p"; fi
+    if tr '\000' '\n' 2>/dev/null < "$d/environ" | grep -qxF -- "$m" ||
+       tr '\000' '\n' 2>/dev/null < "$d/cmdline" | grep -q -- "^$m; export KUBESANDBOX_EXEC; "; then
+      marked="$marked $p"
+      [ "$p" = "$3" ] && leaders="$leaders $p"
+    fi
   done
-  leaders="$leaders$marked"
-  [ -n "$leaders" ] || break
+  [ -n "$marked$leaders" ] || break
   victims=$marked
   changed=1
   while [ -n "$changed" ]; do
@@ -203,10 +206,13 @@ struct PodExecSandbox::Internals {
     // line, so line numbers and error texts are those of `sh -c COMMAND`. No setsid here: it
     // would need a second image, and the runtimes start an exec'd process as the leader of a
     // session of its own already (runc's and crun's exec, the local kubelet); where one does
-    // not, a timeout still finds the command by its marker and its descendants.
+    // not, a timeout still finds the command by its marker and its descendants. The EXIT trap
+    // keeps the marked shell to the end: busybox (and bash) otherwise exec the script's last
+    // command in place of the shell, and one that clears its environment (`env -i ...`) would
+    // carry no marker left for a timeout to find.
     static std::vector<std::string> launch_shell_argv(const PodExecSandbox& self, const std::string& marker,
                                                       const std::string& command) {
-        std::string script = "KUBESANDBOX_EXEC=" + marker + "; export KUBESANDBOX_EXEC; ";
+        std::string script = "KUBESANDBOX_EXEC=" + marker + "; export KUBESANDBOX_EXEC; trap : EXIT; ";
         if (!self.options_.workdir.empty())
             script += "cd -- " + files::shell_quote(self.options_.workdir) + " || exit 1; ";
         script += command;
