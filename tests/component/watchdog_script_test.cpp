@@ -18,6 +18,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <csignal>
@@ -145,23 +146,28 @@ TEST(WatchdogScript, ATimedOutCommandIsReportedAndItsGroupKilled) {
 // moment: after the watchdog has looked for an earlier TERM, before its `wait` for the sleep
 // begins (a shell runs traps between commands, and `wait` returns early only for a signal still
 // pending). A `wait` function ahead of the script makes that moment certain: in the watchdog (the
-// only place where $s names the sleep) it lets the trap run first, then waits as the builtin
-// would. Both
+// only place where $s names the sleep) it lets the command end through a FIFO, so the TERM can
+// only come after the check, spins until the trap has run, then waits as the builtin would. Both
 // shells the sandbox images bring (dash as Debian's sh, busybox) are run. Seen in CI as an
 // execute that never returned (about once in 14,000 quick commands on a loaded machine).
 TEST(WatchdogScript, ATermArrivingJustBeforeTheWatchdogWaitsStillEndsItAtOnce) {
     const std::int64_t timeout = 700000 + getpid() % 90000;
-    const std::string term_first =
-        "wait() { if [ -n \"${s-}\" ] && [ \"$1\" = \"$s\" ]; then while [ -z \"$k\" ]; do :; done; fi\n"
-        "  command wait \"$@\"; }\n";
+    const std::string fifo =
+        (std::filesystem::temp_directory_path() / ("watchdog-fifo-" + std::to_string(getpid()))).string();
+    const std::string term_first = "wait() { if [ -n \"${s-}\" ] && [ \"$1\" = \"$s\" ]; then echo > '" + fifo +
+                                   "'; while [ -z \"$k\" ]; do :; done; fi\n"
+                                   "  command wait \"$@\"; }\n";
     for (std::vector<std::string> shell : {std::vector<std::string>{"sh"}, std::vector<std::string>{"busybox", "sh"}}) {
-        auto argv = rp::execute_argv("exit 3", "M", timeout);
+        std::filesystem::remove(fifo);
+        ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+        auto argv = rp::execute_argv("read _ < '" + fifo + "'; exit 3", "M", timeout);
         argv[2] = term_first + argv[2];
         argv.erase(argv.begin());
         argv.insert(argv.begin(), shell.begin(), shell.end());
-        EXPECT_EQ(run_bounded(argv, std::chrono::seconds(10)), 3) << shell.back() << " (-1: still running after 10 s)";
+        EXPECT_EQ(run_bounded(argv, std::chrono::seconds(10)), 3) << shell.front() << " (-1: still running after 10 s)";
         auto left = sleepers(timeout);
         EXPECT_TRUE(left.empty()) << left.size() << " watchdog sleeps left by " << shell.front();
         for (pid_t pid : left) kill(pid, SIGKILL);
     }
+    std::filesystem::remove(fifo);
 }

@@ -51,6 +51,20 @@ protected:
         cfg.startup_timeout = 60s;
         return RawProvider(client(), cfg);
     }
+
+    // Runs `body` (a coroutine taking the PodExecSandbox&) on a new busybox sandbox, bounded like
+    // run(), and deletes the sandbox once it returns (not if it throws or overruns the bound).
+    template <class Body>
+    void with_sandbox(Body body) {
+        auto p = provider();
+        run([&]() -> asio::awaitable<void> {
+            auto sb = co_await p.get_or_create_pod();
+            EXPECT_TRUE(sb.has_value()) << (sb ? "" : sb.error().describe());
+            if (!sb) co_return;
+            co_await body(**sb);
+            co_await p.delete_sandbox((*sb)->pod_name());
+        });
+    }
 };
 
 }  // namespace kubesandbox::test::sandbox

@@ -8,12 +8,7 @@ using namespace kubesandbox::test::sandbox;
 using kubesandbox::test::sleep_for;
 
 TEST_F(SandboxTest, ExitCodesAndOutputComposition) {
-    auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create_pod();
-        EXPECT_TRUE(sb.has_value());
-        if (!sb) co_return;
-        auto& s = **sb;
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
         for (int code : {0, 1, 255}) {
             auto r = co_await s.execute("exit " + std::to_string(code));
             EXPECT_TRUE(r && r->exit_code == code) << code;
@@ -28,18 +23,13 @@ TEST_F(SandboxTest, ExitCodesAndOutputComposition) {
         EXPECT_TRUE(cwd && cwd->output == "/workspace\n");
         auto binary = co_await s.execute("printf 'a\\000b\\r\\n\\377'");
         EXPECT_TRUE(binary && binary->output == std::string("a\0b\r\n\xff", 6));
-        co_await p.delete_sandbox(s.pod_name());
     });
 }
 
 TEST_F(SandboxTest, LargeOutputIsCappedOnUtf8BoundaryAndDrained) {
-    auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create_pod();
-        EXPECT_TRUE(sb.has_value());
-        if (!sb) co_return;
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
         // 20 MB through the default 1 MiB cap: truncated, and the exit status still arrives.
-        auto big = co_await (*sb)->execute("head -c 20000000 /dev/zero | tr '\\000' a; exit 3");
+        auto big = co_await s.execute("head -c 20000000 /dev/zero | tr '\\000' a; exit 3");
         EXPECT_TRUE(big.has_value());
         if (big) {
             EXPECT_EQ(big->output.size(), 1024u * 1024u);
@@ -49,27 +39,22 @@ TEST_F(SandboxTest, LargeOutputIsCappedOnUtf8BoundaryAndDrained) {
         // A 5-byte cap over two-byte characters cuts after the second character, not inside one.
         PodExecSandboxOptions small;
         small.max_output_bytes = 5;
-        PodExecSandbox capped(client(), (*sb)->namespace_name(), (*sb)->pod_name(), small);
+        PodExecSandbox capped(client(), s.namespace_name(), s.pod_name(), small);
         auto utf8 = co_await capped.execute("printf '\\303\\251\\303\\251\\303\\251'");
         EXPECT_TRUE(utf8 && utf8->output == "\xc3\xa9\xc3\xa9" && utf8->truncated);
-        co_await p.delete_sandbox((*sb)->pod_name());
     });
 }
 
 TEST_F(SandboxTest, TimeoutReturns124AndKillsTheRemoteProcesses) {
-    auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create_pod();
-        EXPECT_TRUE(sb.has_value());
-        if (!sb) co_return;
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
         // The pod's first exec also starts its exec spawner: done here, so the 1 s timeout
         // below times the command and not that start (a kill before the command has started
         // finds nothing to kill).
-        EXPECT_TRUE(co_await (*sb)->execute("true"));
+        EXPECT_TRUE(co_await s.execute("true"));
         auto start = std::chrono::steady_clock::now();
         // `setsid` leaves the exec's process group and `env -i` drops the environment: the kill
         // must still find them (marker, descendants, the command's own process group).
-        auto r = co_await (*sb)->execute(
+        auto r = co_await s.execute(
             "sleep 301 & setsid sleep 303 & env -i sleep 305 & (env -i sleep 306 &); sleep 302; echo never",
             std::chrono::seconds(1));
         EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
@@ -78,14 +63,19 @@ TEST_F(SandboxTest, TimeoutReturns124AndKillsTheRemoteProcesses) {
             EXPECT_EQ(r->exit_code, 124);
             EXPECT_EQ(r->output, "Command timed out after 1 seconds");
         }
-        EXPECT_EQ(co_await processes_left(**sb, "sleep 30[12356]"), "") << "survived the timeout";
+        EXPECT_EQ(co_await processes_left(s, "sleep 30[12356]"), "") << "survived the timeout";
+        // A last command that clears its environment: busybox would exec it in the marked
+        // shell's place, leaving nothing marked.
+        auto bare = co_await s.execute("env -i sleep 317", std::chrono::seconds(1));
+        EXPECT_TRUE(bare && bare->exit_code == 124);
+        EXPECT_EQ(co_await processes_left(s, "sleep 317"), "") << "the last command survived";
         // A command that starts nothing: only its own shell runs, and it is killed too.
-        auto spin = co_await (*sb)->execute("spin315=1; while :; do :; done", std::chrono::seconds(1));
+        auto spin = co_await s.execute("spin315=1; while :; do :; done", std::chrono::seconds(1));
         EXPECT_TRUE(spin && spin->exit_code == 124);
-        EXPECT_EQ(co_await processes_left(**sb, "spin315"), "") << "the timed-out shell survived";
+        EXPECT_EQ(co_await processes_left(s, "spin315"), "") << "the timed-out shell survived";
         // run() (the CLI's exec) kills on timeout too, and keeps the streams apart.
         PodExecSandboxOptions opts;
-        PodExecSandbox raw(client(), (*sb)->namespace_name(), (*sb)->pod_name(), opts);
+        PodExecSandbox raw(client(), s.namespace_name(), s.pod_name(), opts);
         std::vector<std::string> argv{"sh", "-c", "echo out; echo err >&2; setsid sleep 307 & sleep 308"};
         std::string no_input;
         auto rr = co_await raw.run(argv, no_input, std::chrono::seconds(1));
@@ -97,23 +87,18 @@ TEST_F(SandboxTest, TimeoutReturns124AndKillsTheRemoteProcesses) {
         std::vector<std::string> both{"sh", "-c", "echo out; echo err >&2; exit 3"};
         auto split = co_await raw.run(both, no_input, std::chrono::seconds(30));
         EXPECT_TRUE(split && split->stdout_data == "out\n" && split->stderr_data == "err\n" && split->exit_code == 3);
-        EXPECT_EQ(co_await processes_left(**sb, "sleep 30[78]"), "") << "survived run()'s timeout";
-        co_await p.delete_sandbox((*sb)->pod_name());
+        EXPECT_EQ(co_await processes_left(s, "sleep 30[78]"), "") << "survived run()'s timeout";
     });
 }
 
 // execute runs its command in the launcher's shell: what the command sees and prints is what
 // `sh -c COMMAND` (run() here) sees and prints, error texts and line numbers included.
 TEST_F(SandboxTest, AShellCommandBehavesAsShC) {
-    auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create_pod();
-        EXPECT_TRUE(sb.has_value());
-        if (!sb) co_return;
-        PodExecSandbox raw(client(), (*sb)->namespace_name(), (*sb)->pod_name(), PodExecSandboxOptions{});
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
+        PodExecSandbox raw(client(), s.namespace_name(), s.pod_name(), PodExecSandboxOptions{});
         for (std::string command : {"echo \"$0 $# [$*]\"; pwd", "echo a; no_such_command_316", "echo a\nif then",
                                     "exit 7", "set -u; echo $undefined_317", "false &&", ""}) {
-            auto shell = co_await (*sb)->execute(command);
+            auto shell = co_await s.execute(command);
             std::vector<std::string> argv{raw.options().shell, "-c", command};
             auto reference = co_await raw.run(argv, std::string(), std::nullopt);
             EXPECT_TRUE(shell && reference) << command;
@@ -125,23 +110,17 @@ TEST_F(SandboxTest, AShellCommandBehavesAsShC) {
             EXPECT_FALSE(joined.empty() && reference->stderr_data.empty() && command.find("echo") != std::string::npos)
                 << command << " printed nothing: the comparison would prove little";
         }
-        co_await p.delete_sandbox((*sb)->pod_name());
     });
 }
 
 // A command line near the API server's limit on a request head (64 KiB here): longer than one
 // message to the local kubelet's spawner, so it starts the other way, with the same result.
 TEST_F(SandboxTest, ACommandLineOfSixtyKilobytesRuns) {
-    auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create_pod();
-        EXPECT_TRUE(sb.has_value());
-        if (!sb) co_return;
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
         const std::string word(61 * 1024, 'a');
-        auto r = co_await (*sb)->execute("x=" + word + "; echo ${#x}");
+        auto r = co_await s.execute("x=" + word + "; echo ${#x}");
         EXPECT_TRUE(r && r->exit_code == 0 && r->output == std::to_string(word.size()) + "\n")
             << (r ? r->output : r.error().message);
-        co_await p.delete_sandbox((*sb)->pod_name());
     });
 }
 
@@ -149,12 +128,7 @@ TEST_F(SandboxTest, ACommandLineOfSixtyKilobytesRuns) {
 // gets its own command's output and exit code.
 TEST_F(SandboxTest, ConcurrentExecutesEachGetTheirOwnResult) {
     using namespace asio::experimental::awaitable_operators;
-    auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create_pod();
-        EXPECT_TRUE(sb.has_value());
-        if (!sb) co_return;
-        auto& s = **sb;
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
         // The spawner of the pod's execs is up before the burst, so the burst goes through it.
         auto first = co_await s.execute("true");
         EXPECT_TRUE(first && first->exit_code == 0);
@@ -180,19 +154,13 @@ TEST_F(SandboxTest, ConcurrentExecutesEachGetTheirOwnResult) {
             EXPECT_EQ((*results[i])->output, "call" + std::to_string(i) + "\n");
             EXPECT_EQ((*results[i])->exit_code, i);
         }
-        co_await p.delete_sandbox(s.pod_name());
     });
 }
 
 // A NUL would cut the command short on its way through exec's argv; a negative timeout has no
 // meaning. Both are refused before anything runs.
 TEST_F(SandboxTest, CallerMistakesAreTypedErrorsAndRunNothing) {
-    auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create_pod();
-        EXPECT_TRUE(sb.has_value());
-        if (!sb) co_return;
-        auto& s = **sb;
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
         auto nul = co_await s.execute(std::string("touch /workspace/ran\0; rm -rf /workspace", 37));
         EXPECT_TRUE(!nul && nul.error().is(errc::invalid_argument)) << (nul ? "ran" : nul.error().message);
         auto negative = co_await s.execute("touch /workspace/ran", std::chrono::seconds(-1));
@@ -203,7 +171,6 @@ TEST_F(SandboxTest, CallerMistakesAreTypedErrorsAndRunNothing) {
         EXPECT_TRUE(!run_nul && run_nul.error().is(errc::invalid_argument));
         auto left = co_await s.execute("ls -A /workspace");
         EXPECT_TRUE(left && left->output.empty() && left->exit_code == 0) << (left ? left->output : "");
-        co_await p.delete_sandbox(s.pod_name());
     });
 }
 
@@ -211,12 +178,7 @@ TEST_F(SandboxTest, CallerMistakesAreTypedErrorsAndRunNothing) {
 // sandbox as on a timeout, and the caller gets its answer at once.
 TEST_F(SandboxTest, ACancelledExecuteKillsItsCommand) {
     using namespace asio::experimental::awaitable_operators;
-    auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create_pod();
-        EXPECT_TRUE(sb.has_value());
-        if (!sb) co_return;
-        auto& s = **sb;
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
         EXPECT_TRUE(co_await s.execute("true"));  // the pod's exec spawner starts before the timing
         asio::steady_timer give_up(co_await asio::this_coro::executor, 1s);
         auto start = std::chrono::steady_clock::now();
@@ -225,7 +187,6 @@ TEST_F(SandboxTest, ACancelledExecuteKillsItsCommand) {
         EXPECT_EQ(first.index(), 1u);
         EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
         EXPECT_EQ(co_await processes_left(s, "sleep 31[13]"), "") << "the cancelled command survived";
-        co_await p.delete_sandbox(s.pod_name());
     });
 }
 
@@ -233,12 +194,7 @@ TEST_F(SandboxTest, ACancelledExecuteKillsItsCommand) {
 // for the rest of the caller's coroutine.
 TEST_F(SandboxTest, CancellationStillReachesACallerAfterTransfers) {
     using namespace asio::experimental::awaitable_operators;
-    auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create_pod();
-        EXPECT_TRUE(sb.has_value());
-        if (!sb) co_return;
-        auto& s = **sb;
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
         auto agent_turn = [&]() -> asio::awaitable<void> {
             std::vector<std::pair<std::string, std::string>> files{{"/workspace/a", "x"}, {"/workspace/b", "y"}};
             co_await s.upload_files(files);
@@ -252,19 +208,13 @@ TEST_F(SandboxTest, CancellationStillReachesACallerAfterTransfers) {
         EXPECT_EQ(first.index(), 1u);
         EXPECT_LT(std::chrono::steady_clock::now() - start, 15s);
         EXPECT_EQ(co_await processes_left(s, "sleep 312"), "") << "the cancelled command survived";
-        co_await p.delete_sandbox(s.pod_name());
     });
 }
 
 // The connection drops mid-command: the command ran once (never replayed), is killed, and the
 // error says so.
 TEST_F(SandboxTest, ADroppedConnectionKillsTheCommandAndSaysSo) {
-    auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create_pod();
-        EXPECT_TRUE(sb.has_value());
-        if (!sb) co_return;
-        auto& s = **sb;
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
         FaultRule drop;
         drop.path_contains = "/exec";
         drop.action = FaultRule::Action::drop_mid_stream;
@@ -278,7 +228,6 @@ TEST_F(SandboxTest, ADroppedConnectionKillsTheCommandAndSaysSo) {
         }
         auto count = co_await s.execute("cat /workspace/count; ps | grep 'sleep 314' | grep -v grep || true");
         EXPECT_TRUE(count && count->output == "ran\n") << (count ? count->output : count.error().message);
-        co_await p.delete_sandbox(s.pod_name());
     });
 }
 

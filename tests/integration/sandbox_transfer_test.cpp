@@ -9,14 +9,10 @@ using kubesandbox::test::sleep_for;
 
 // A download stops reading at the file limit: /dev/zero costs the limit, not all memory.
 TEST_F(SandboxTest, TransfersStopAtTheFileLimit) {
-    auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create_pod();
-        EXPECT_TRUE(sb.has_value());
-        if (!sb) co_return;
+    with_sandbox([&](PodExecSandbox& sandbox) -> asio::awaitable<void> {
         PodExecSandboxOptions opts;
         opts.max_file_bytes = 1024 * 1024;
-        PodExecSandbox s(client(), (*sb)->namespace_name(), (*sb)->pod_name(), opts);
+        PodExecSandbox s(client(), sandbox.namespace_name(), sandbox.pod_name(), opts);
         std::string exact(opts.max_file_bytes, 'x');
         std::vector<std::pair<std::string, std::string>> files{{"/workspace/exact", exact},
                                                                {"/workspace/over", exact + "y"}};
@@ -37,16 +33,11 @@ TEST_F(SandboxTest, TransfersStopAtTheFileLimit) {
             EXPECT_TRUE((*down)[1].content && *(*down)[1].content == exact);
             EXPECT_EQ((*down)[2].error, file_error::file_not_found);  // never written
         }
-        co_await p.delete_sandbox((*sb)->pod_name());
     });
 }
 
 TEST_F(SandboxTest, FilesRoundTripByteExactWithHostileNames) {
-    auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create_pod();
-        EXPECT_TRUE(sb.has_value());
-        if (!sb) co_return;
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
         std::string all_bytes;
         for (int i = 0; i < 256 * 64; ++i) all_bytes.push_back(static_cast<char>(i % 256));
         const std::vector<std::string> names = {
@@ -59,7 +50,7 @@ TEST_F(SandboxTest, FilesRoundTripByteExactWithHostileNames) {
         files.emplace_back("relative/path", "x");
         files.emplace_back("/etc/hosts", "x");  // read-only root: permission denied
         files.emplace_back("/workspace", "x");  // a directory
-        auto up = co_await (*sb)->upload_files(files);
+        auto up = co_await s.upload_files(files);
         EXPECT_TRUE(up.has_value());
         if (!up) co_return;
         EXPECT_EQ(up->size(), files.size());
@@ -71,13 +62,13 @@ TEST_F(SandboxTest, FilesRoundTripByteExactWithHostileNames) {
         EXPECT_EQ((*up)[names.size() + 1].error, std::optional<std::string>("permission_denied"));
         EXPECT_EQ((*up)[names.size() + 2].error, std::optional<std::string>("is_directory"));
 
-        co_await (*sb)->execute("touch /workspace/secret && chmod 000 /workspace/secret");
+        co_await s.execute("touch /workspace/secret && chmod 000 /workspace/secret");
         std::vector<std::string> wanted = names;
         wanted.push_back("/workspace/missing");
         wanted.push_back("/workspace");
         wanted.push_back("rel");
         wanted.push_back("/workspace/secret");
-        auto down = co_await (*sb)->download_files(wanted);
+        auto down = co_await s.download_files(wanted);
         EXPECT_TRUE(down.has_value());
         if (!down) co_return;
         EXPECT_EQ(down->size(), wanted.size());
@@ -92,32 +83,26 @@ TEST_F(SandboxTest, FilesRoundTripByteExactWithHostileNames) {
         EXPECT_EQ((*down)[names.size() + 2].error, std::optional<std::string>("invalid_path"));
         EXPECT_EQ((*down)[names.size() + 3].error, std::optional<std::string>("permission_denied"));
         // Nothing was executed by the names themselves.
-        auto check = co_await (*sb)->execute("ls /workspace | wc -l");
+        auto check = co_await s.execute("ls /workspace | wc -l");
         EXPECT_TRUE(check && check->exit_code == 0);
-        co_await p.delete_sandbox((*sb)->pod_name());
     });
 }
 
 // The command exits without reading its stdin: the cluster's writes of the rest meet a closed
 // pipe. That is an error for this upload only (EPIPE), never a SIGPIPE that ends the process.
 TEST_F(SandboxTest, LargeUploadToAPathThatFailsEarlyLosesNothingElse) {
-    auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create_pod();
-        EXPECT_TRUE(sb.has_value());
-        if (!sb) co_return;
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
         const std::string big(8 * 1024 * 1024, 'z');  // far beyond a pipe's buffer
         for (int round = 0; round < 3; ++round) {
             std::vector<std::pair<std::string, std::string>> files{{"/workspace", big}, {"/etc/hosts", big}};
-            auto up = co_await (*sb)->upload_files(files);
+            auto up = co_await s.upload_files(files);
             EXPECT_TRUE(up.has_value()) << (up ? "" : up.error().describe());
             if (!up) co_return;
             EXPECT_EQ((*up)[0].error, std::optional<std::string>("is_directory"));
             EXPECT_EQ((*up)[1].error, std::optional<std::string>("permission_denied"));
         }
-        auto after = co_await (*sb)->execute("echo alive");
+        auto after = co_await s.execute("echo alive");
         EXPECT_TRUE(after && after->output == "alive\n");
-        co_await p.delete_sandbox((*sb)->pod_name());
     });
 }
 
@@ -125,12 +110,8 @@ TEST_F(SandboxTest, LargeUploadToAPathThatFailsEarlyLosesNothingElse) {
 // collected (far past max_output_bytes), stderr apart; while the sink waits, the command is held
 // back rather than buffered; a sink that says stop ends the command in the pod.
 TEST_F(SandboxTest, OutputStreamsIntoASinkWithBackPressureAndStop) {
-    auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create_pod();
-        EXPECT_TRUE(sb.has_value());
-        if (!sb) co_return;
-        PodExecSandbox raw(client(), (*sb)->namespace_name(), (*sb)->pod_name(), PodExecSandboxOptions{});
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
+        PodExecSandbox raw(client(), s.namespace_name(), s.pod_name(), PodExecSandboxOptions{});
         const std::string pattern = "0123456789abcde\n";
         const std::size_t total = 64u << 20;
         std::size_t received = 0, mismatches = 0, pieces = 0;
@@ -189,21 +170,16 @@ TEST_F(SandboxTest, OutputStreamsIntoASinkWithBackPressureAndStop) {
         EXPECT_EQ(thrown, "sink failed");
         auto left2 = co_await raw.execute("ps | grep -c '[y]es 4243'");
         EXPECT_TRUE(left2 && left2->output == "0\n") << (left2 ? left2->output : left2.error().message);
-        co_await p.delete_sandbox((*sb)->pod_name());
     });
 }
 
 TEST_F(SandboxTest, StdinStreamsThroughV5Close) {
-    auto p = provider();
-    run([&]() -> asio::awaitable<void> {
-        auto sb = co_await p.get_or_create_pod();
-        EXPECT_TRUE(sb.has_value());
-        if (!sb) co_return;
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
         std::string input(3 * 1024 * 1024 + 7, 'z');
         input[12345] = '\0';
         PodExecSandboxOptions opts;
         opts.max_output_bytes = 8 * 1024 * 1024;
-        PodExecSandbox raw(client(), (*sb)->namespace_name(), (*sb)->pod_name(), opts);
+        PodExecSandbox raw(client(), s.namespace_name(), s.pod_name(), opts);
         std::vector<std::string> argv{"cat"};
         auto r = co_await raw.run(argv, input, std::chrono::seconds(60));
         EXPECT_TRUE(r.has_value());
@@ -212,7 +188,6 @@ TEST_F(SandboxTest, StdinStreamsThroughV5Close) {
             EXPECT_TRUE(r->stdout_data == input);
             EXPECT_TRUE(r->stderr_data.empty());
         }
-        co_await p.delete_sandbox((*sb)->pod_name());
     });
 }
 
