@@ -266,19 +266,22 @@ TEST_P(FileOpsTest, GoldenCorpusGivesTheSameResultsOnEveryImage) {
         run(
             [&]() -> asio::awaitable<void> {
                 auto kube = client();
+                // A name per variant: the previous variant's pod may still be terminating (a
+                // deletion is graceful), and a second create of its name would meet 409.
+                const std::string name = image == "busybox-runtime" ? "files-router" : "files-tunnel";
                 auto created =
-                    co_await test::create_runtime_pod(kube, "default", "files-router", "busybox-runtime", "/workspace");
+                    co_await test::create_runtime_pod(kube, "default", name, "busybox-runtime", "/workspace");
                 EXPECT_TRUE(created) << (created ? "" : created.error().describe());
                 if (!created) co_return;
                 RouterSandboxOptions options;
-                options.sandbox_name = "files-router";
+                options.sandbox_name = name;
                 options.base_dir = "/workspace";
                 std::shared_ptr<RouterConnection> connection;
                 if (image == "busybox-runtime") {
                     connection = test::local_router(*cluster_, io_.get_executor());
                 } else {
                     TunnelConnectionOptions tunnel;
-                    tunnel.pod = "files-router";
+                    tunnel.pod = name;
                     tunnel.port = 8888;
                     auto made = make_tunnel_connection(kube, tunnel);
                     EXPECT_TRUE(made) << (made ? "" : made.error().describe());
@@ -287,7 +290,7 @@ TEST_P(FileOpsTest, GoldenCorpusGivesTheSameResultsOnEveryImage) {
                 }
                 RouterSandbox sandbox(connection, options);
                 co_await check_corpus(sandbox);
-                ResourcePath pod{"", "v1", "pods", "default", "files-router"};
+                ResourcePath pod{"", "v1", "pods", "default", name};
                 co_await kube.remove(pod);
             },
             240s);
