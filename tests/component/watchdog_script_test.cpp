@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,7 +31,10 @@ namespace rp = kubesandbox::runtime_protocol;
 namespace {
 
 // Runs argv with stdin/stdout/stderr on /dev/null (or stderr into `stderr_path`); the exit status.
-int run_quietly(const std::vector<std::string>& args, const char* stderr_path = "/dev/null") {
+// With a `limit`, in a process group of its own, killed whole and -1 returned if it has not ended
+// by then.
+int run_quietly(const std::vector<std::string>& args, const char* stderr_path = "/dev/null",
+                std::optional<std::chrono::milliseconds> limit = std::nullopt) {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -39,42 +43,30 @@ int run_quietly(const std::vector<std::string>& args, const char* stderr_path = 
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_addopen(&actions, 2, stderr_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid = 0;
-    int rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) return -1;
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-// Runs argv in a process group of its own with all three streams on /dev/null; its exit status,
-// or -1 if it had not ended `limit` after the start (then the group is killed).
-int run_bounded(const std::vector<std::string>& args, std::chrono::milliseconds limit) {
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    for (int fd : {0, 1, 2}) posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd ? O_WRONLY : O_RDONLY, 0);
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-    posix_spawnattr_setpgroup(&attr, 0);
+    if (limit) {
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+        posix_spawnattr_setpgroup(&attr, 0);
+    }
     pid_t pid = 0;
     int rc = posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
     if (rc != 0) return -2;
-    const auto deadline = std::chrono::steady_clock::now() + limit;
     int status = 0;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-        if (std::chrono::steady_clock::now() > deadline) {
-            kill(-pid, SIGKILL);
-            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-            return -1;
+    if (limit) {
+        const auto deadline = std::chrono::steady_clock::now() + *limit;
+        while (waitpid(pid, &status, WNOHANG) == 0) {
+            if (std::chrono::steady_clock::now() > deadline) {
+                kill(-pid, SIGKILL);
+                while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+                return -1;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    } else {
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
@@ -164,7 +156,8 @@ TEST(WatchdogScript, ATermArrivingJustBeforeTheWatchdogWaitsStillEndsItAtOnce) {
         argv[2] = term_first + argv[2];
         argv.erase(argv.begin());
         argv.insert(argv.begin(), shell.begin(), shell.end());
-        EXPECT_EQ(run_bounded(argv, std::chrono::seconds(10)), 3) << shell.front() << " (-1: still running after 10 s)";
+        EXPECT_EQ(run_quietly(argv, "/dev/null", std::chrono::seconds(10)), 3)
+            << shell.front() << " (-1: still running after 10 s)";
         auto left = sleepers(timeout);
         EXPECT_TRUE(left.empty()) << left.size() << " watchdog sleeps left by " << shell.front();
         for (pid_t pid : left) kill(pid, SIGKILL);
