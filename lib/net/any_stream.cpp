@@ -16,7 +16,11 @@ namespace {
 
 class TcpImpl final : public AnyStream::Impl {
 public:
-    explicit TcpImpl(tcp::socket s) : socket_(std::move(s)), deadline_(socket_.get_executor()) {}
+    explicit TcpImpl(tcp::socket s)
+        : socket_(std::move(s)), deadline_(socket_.get_executor(), [this] {
+              error_code ignored;
+              socket_.close(ignored);
+          }) {}
     ~TcpImpl() override { deadline_.disarm(); }
     asio::any_io_executor executor() override { return socket_.get_executor(); }
     void read_some(asio::mutable_buffer b, IoHandler h) override { socket_.async_read_some(b, std::move(h)); }
@@ -34,7 +38,7 @@ public:
         socket_.close(ec);
         deadline_.disarm();
     }
-    void expires_after(std::chrono::steady_clock::duration d) override { deadline_.arm(d, socket_); }
+    void expires_after(std::chrono::steady_clock::duration d) override { deadline_.arm(d); }
     void expires_never() override { deadline_.disarm(); }
     bool idle_alive() override { return socket_idle_alive(socket_); }
     bool is_tls() const noexcept override { return false; }

@@ -3,12 +3,11 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include <poll.h>
 
 #include <chrono>
-#include <cstdint>
+#include <functional>
 #include <memory>
 
 namespace kubesandbox::net {
@@ -21,38 +20,31 @@ inline bool socket_idle_alive(boost::asio::ip::tcp::socket& socket) {
     return ::poll(&pfd, 1, 0) == 0;
 }
 
-// Socket-level deadline: when it fires, `expire` ends the connection (closes the socket, or
+// Socket-level deadline: when it passes, `expire` ends the connection (closes the socket, or
 // shuts it down), so every pending operation completes with an error (the beast::tcp_stream
-// idea).
+// idea). `expire` runs on the executor given, under the deadline's lock, and never after the
+// Deadline is gone.
+//
+// Arming a timer costs a system call whenever it becomes the earliest one (timerfd_settime,
+// ~2 µs here), and keep-alive connections arm and disarm once per request. So a disarm leaves
+// the wait in place until the executor's next turn, and an arm whose deadline is not earlier
+// than the wait already out keeps that wait: it fires early, looks at the current deadline and
+// waits again. Back-to-back requests on a connection then arm one timer between them, and no
+// wait outlives a disarmed deadline by more than a turn (an io_context with nothing else to do
+// still returns from run()).
 class Deadline {
 public:
-    explicit Deadline(const boost::asio::any_io_executor& ex) : timer_(ex) {}
-    template <class Expire>
-    void arm(std::chrono::steady_clock::duration d, Expire expire) {
-        timer_.expires_after(d);
-        // A wait that already fired but has not run yet must not end a re-armed or destroyed
-        // stream: it checks that its generation is still current and the owner still alive.
-        timer_.async_wait([expire = std::move(expire), alive = std::weak_ptr<int>(alive_), gen = ++generation_,
-                           current = &generation_](boost::system::error_code ec) mutable {
-            if (ec || alive.expired() || gen != *current) return;
-            expire();
-        });
-    }
-    void arm(std::chrono::steady_clock::duration d, boost::asio::ip::tcp::socket& socket) {
-        arm(d, [&socket] {
-            boost::system::error_code ignored;
-            socket.close(ignored);
-        });
-    }
-    void disarm() {
-        ++generation_;
-        timer_.cancel();
-    }
+    Deadline(const boost::asio::any_io_executor& ex, std::function<void()> expire);
+    ~Deadline();
+    Deadline(const Deadline&) = delete;
+    Deadline& operator=(const Deadline&) = delete;
+
+    void arm(std::chrono::steady_clock::duration d);
+    void disarm();
 
 private:
-    boost::asio::steady_timer timer_;
-    std::shared_ptr<int> alive_ = std::make_shared<int>(0);
-    std::uint64_t generation_ = 0;
+    struct State;
+    std::shared_ptr<State> state_;
 };
 
 }  // namespace kubesandbox::net

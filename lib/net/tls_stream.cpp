@@ -155,7 +155,7 @@ struct TlsOp {
 class TlsImpl final : public AnyStream::Impl {
 public:
     TlsImpl(tcp::socket s, SSL_CTX* ctx, bool client)
-        : socket_(std::move(s)), ssl_(SSL_new(ctx)), deadline_(socket_.get_executor()) {
+        : socket_(std::move(s)), ssl_(SSL_new(ctx)), deadline_(socket_.get_executor(), [this] { expire(); }) {
         error_code nb;
         socket_.native_non_blocking(true, nb);
         BIO_METHOD* method = socket_bio_method();
@@ -288,22 +288,22 @@ public:
         }
         deadline_.disarm();
     }
-    // The deadline's timer may fire on another thread than the stream's strand (the socket's
-    // executor is the client's, not the strand): it only shuts the socket down, which fails
-    // every pending and later call but keeps the descriptor, so an SSL call in progress never
-    // lands on a number reused meanwhile. The owner closes it.
-    void expires_after(std::chrono::steady_clock::duration d) override {
-        deadline_.arm(d, [this] {
-            std::lock_guard<std::mutex> lock(descriptor_mutex_);
-            expired_ = true;
-            if (socket_.is_open()) ::shutdown(socket_.native_handle(), SHUT_RDWR);
-        });
-    }
+    void expires_after(std::chrono::steady_clock::duration d) override { deadline_.arm(d); }
     void expires_never() override { deadline_.disarm(); }
     bool idle_alive() override { return socket_idle_alive(socket_) && !(ssl_ && SSL_has_pending(ssl_.get())); }
     bool is_tls() const noexcept override { return true; }
 
 private:
+    // The deadline's timer may fire on another thread than the stream's strand (the socket's
+    // executor is the client's, not the strand): it only shuts the socket down, which fails
+    // every pending and later call but keeps the descriptor, so an SSL call in progress never
+    // lands on a number reused meanwhile. The owner closes it.
+    void expire() {
+        std::lock_guard<std::mutex> lock(descriptor_mutex_);
+        expired_ = true;
+        if (socket_.is_open()) ::shutdown(socket_.native_handle(), SHUT_RDWR);
+    }
+
     template <class Attempt, bool WithSize, bool breaks_on_abort>
     friend struct TlsOp;
 
