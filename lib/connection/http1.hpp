@@ -12,10 +12,12 @@
 
 namespace kubesandbox::http1 {
 
+bool has_line_break(std::string_view s);
+
 // "METHOD <prefix><target> HTTP/1.1" and the fields: Host, User-Agent, Authorization (when a
-// token is set), the request's own headers, Content-Length (when there is a body or the method
-// sends one), then the blank line. Header names and values must not hold CR or LF: such a
-// request gets an empty head (the caller refuses it).
+// token is set), the request's own fields, Content-Length (when there is a body or the method
+// sends one), then the blank line. A request with a refused field, or a line break in the
+// method, target, host or token, gets an empty head (the caller refuses it).
 std::string request_head(const RouterRequest& request, std::string_view prefix, std::string_view host,
                          std::string_view token);
 
@@ -45,7 +47,9 @@ private:
 
     ResponseSink& sink_;
     unsigned status_ = 0;
-    std::string content_type_;
+    // A view into the buffer given to put(): beast parses a head only once it is whole in one
+    // buffer, so the field and on_header_impl come from the same call.
+    std::string_view content_type_;
     bool refused_ = false;
 };
 

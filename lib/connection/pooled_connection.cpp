@@ -45,7 +45,8 @@ public:
         if (head.empty())
             co_return fail(errc::invalid_argument, "a request to the router " + settings_.description +
                                                        " has a line break or space where none may be");
-        auto slot = co_await pool_.acquire(deadline);
+        auto slot = pool_.try_acquire();
+        if (!slot) slot = co_await pool_.acquire(deadline);
         if (!slot)
             co_return fail(errc::timeout, "no free connection to the router " + settings_.description + " in time");
         auto what = [&] { return request.method + " " + settings_.description + request.target; };

@@ -19,9 +19,14 @@ namespace kubesandbox {
 struct RouterRequest {
     std::string method{"GET"};
     std::string target{};  // path and query, below the connection's URL prefix
-    std::vector<std::pair<std::string, std::string>> headers{};
+    std::string fields{};  // header lines, "Name: value\r\n" each, written by add_header
     std::string body{};
     bool replay_safe{false};  // may be sent again on a fresh connection after a stale reuse
+    bool bad_field{false};    // add_header refused a field: the request is never sent
+
+    // A name with a colon or a line break, or a value with a line break, is refused (and marks
+    // the request); anything else is appended to `fields`.
+    void add_header(std::string_view name, std::string_view value);
 };
 
 // Receives the response: the head, then the body in pieces. on_body returning false stops the

@@ -90,7 +90,8 @@ asio::awaitable<Result<kube::RawResponse>> KubeClient::Impl::attempt(const kube:
     // One absolute deadline for the whole attempt: waiting for a pool slot, connecting, sending
     // and receiving all spend from the same request_timeout.
     const auto deadline = steady_clock::now() + options.request_timeout;
-    auto slot = co_await pool.acquire(deadline);
+    auto slot = pool.try_acquire();
+    if (!slot) slot = co_await pool.acquire(deadline);
     if (!slot) co_return fail(errc::timeout, "no connection to the API server became free in time");
 
     bool reused = true;

@@ -16,8 +16,13 @@ ConnectionPool::Slot::~Slot() {
     if (pool_) pool_->slots_->try_send(boost::system::error_code{});
 }
 
+std::optional<ConnectionPool::Slot> ConnectionPool::try_acquire() {
+    if (slots_->try_receive([](boost::system::error_code) {})) return Slot(this);
+    return std::nullopt;
+}
+
 boost::asio::awaitable<std::optional<ConnectionPool::Slot>> ConnectionPool::acquire(steady_clock::time_point deadline) {
-    if (slots_->try_receive([](boost::system::error_code) {})) co_return std::optional<Slot>(Slot(this));
+    if (auto free = try_acquire()) co_return free;
     boost::asio::steady_timer timer(executor_);
     timer.expires_at(deadline);
     if (!co_await take_token(*slots_, timer)) co_return std::nullopt;

@@ -35,7 +35,11 @@ public:
     class Slot {
     public:
         Slot(Slot&& other) noexcept : pool_(std::exchange(other.pool_, nullptr)) {}
-        Slot& operator=(Slot&&) = delete;
+        // The slot held before goes back when `other` ends.
+        Slot& operator=(Slot&& other) noexcept {
+            std::swap(pool_, other.pool_);
+            return *this;
+        }
         ~Slot();
 
     private:
@@ -47,6 +51,8 @@ public:
     // A free slot, waiting for one until `deadline` (nullopt then). Taking a free slot costs no
     // timer and no suspension: this is on every request's path.
     boost::asio::awaitable<std::optional<Slot>> acquire(std::chrono::steady_clock::time_point deadline);
+    // A free slot if there is one now: no coroutine frame either.
+    std::optional<Slot> try_acquire();
 
     // An idle connection that still looks usable, if any (stale ones are closed).
     std::optional<PooledConnection> take_idle();

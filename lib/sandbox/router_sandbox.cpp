@@ -113,16 +113,18 @@ bool is_absolute_clean_path(std::string_view p) {
 }  // namespace
 
 struct RouterSandbox::Internals {
-    static std::vector<std::pair<std::string, std::string>> headers(const RouterSandbox& self,
-                                                                    std::optional<std::int64_t> router_timeout) {
-        std::vector<std::pair<std::string, std::string>> h = {
-            {"X-Sandbox-ID", self.options_.sandbox_name},
-            {"X-Sandbox-Namespace", self.options_.namespace_name},
-            {"X-Sandbox-Port", std::to_string(self.options_.port)},
-        };
-        if (self.options_.pod_ip) h.emplace_back("X-Sandbox-Pod-IP", *self.options_.pod_ip);
-        if (router_timeout) h.emplace_back("X-Sandbox-Timeout", std::to_string(*router_timeout));
-        return h;
+    // The router's fields naming the sandbox (and the content type), in one string: a request
+    // costs one allocation for them.
+    static void add_headers(RouterRequest& request, const RouterSandbox& self,
+                            std::optional<std::int64_t> router_timeout, std::string_view content_type) {
+        const auto& o = self.options_;
+        request.fields.reserve(128 + o.sandbox_name.size() + o.namespace_name.size() + content_type.size());
+        request.add_header("X-Sandbox-ID", o.sandbox_name);
+        request.add_header("X-Sandbox-Namespace", o.namespace_name);
+        request.add_header("X-Sandbox-Port", std::to_string(o.port));
+        if (o.pod_ip) request.add_header("X-Sandbox-Pod-IP", *o.pod_ip);
+        if (router_timeout) request.add_header("X-Sandbox-Timeout", std::to_string(*router_timeout));
+        if (!content_type.empty()) request.add_header("Content-Type", content_type);
     }
 
     // One POST /execute with this body; never replayed.
@@ -132,8 +134,7 @@ struct RouterSandbox::Internals {
         RouterRequest request;
         request.method = "POST";
         request.target = "/execute";
-        request.headers = headers(self, router_timeout);
-        request.headers.emplace_back("Content-Type", "application/json");
+        add_headers(request, self, router_timeout, "application/json");
         request.body = std::move(body);
         ExecuteSink sink(cap);
         auto what = [&self] { return "execute in " + self.id_ + " via " + self.connection_->describe(); };
@@ -147,9 +148,9 @@ struct RouterSandbox::Internals {
         if (!sink.reader.finish() || !sink.reader.exit_code())
             co_return fail(errc::invalid_response, what() + ": malformed /execute response");
         RunOutcome out;
-        out.stdout_text = sink.reader.stdout_text();
-        out.stderr_text = sink.reader.stderr_text();
-        out.stderr_tail = sink.reader.stderr_tail();
+        out.stdout_text = std::move(sink.reader.stdout_text());
+        out.stderr_text = std::move(sink.reader.stderr_text());
+        out.stderr_tail = std::move(sink.reader.stderr_tail());
         out.exit_code = *sink.reader.exit_code();
         out.truncated = sink.reader.truncated();
         co_return out;
@@ -172,9 +173,8 @@ struct RouterSandbox::Internals {
             RouterRequest request;
             request.method = "POST";
             request.target = "/upload";
-            request.headers = headers(self, std::nullopt);
             auto multipart = rp::multipart_file(*name, data, "kubesandbox-" + util::random_hex(12));
-            request.headers.emplace_back("Content-Type", multipart.content_type);
+            add_headers(request, self, std::nullopt, multipart.content_type);
             request.body = std::move(multipart.body);
             request.replay_safe = true;  // the same bytes to the same file
             BytesSink sink(max_error_body);
@@ -217,7 +217,7 @@ struct RouterSandbox::Internals {
             RouterRequest request;
             request.method = "GET";
             request.target = "/download/" + rp::quote_segment(*name);
-            request.headers = headers(self, std::nullopt);
+            add_headers(request, self, std::nullopt, "");
             request.replay_safe = true;
             BytesSink sink(max);
             auto status = co_await self.connection_->impl().send(std::move(request), deadline, sink);

@@ -87,6 +87,52 @@ std::vector<std::string> execute_argv(std::string_view command, std::string_view
         "sh", "-c", watchdog_script, "sh", std::string(marker), std::to_string(timeout_seconds), std::string(command)};
 }
 
+namespace {
+
+// Appends the JSON string content (no quotes) of shell_quote(arg): one pass, no intermediate
+// strings. Escapes as Boost.JSON's serializer does (", \\, control bytes; the rest as is), so
+// the body is the same bytes as execute_body's.
+void append_json_quoted_arg(std::string& out, std::string_view arg) {
+    constexpr const char* hex = "0123456789abcdef";
+    out.push_back('\'');
+    for (char c : arg) {
+        const auto u = static_cast<unsigned char>(c);
+        if (c == '\'') {
+            out.append("'\\\\''");  // '\'' with its backslash escaped for JSON
+        } else if (c == '"' || c == '\\') {
+            out.push_back('\\');
+            out.push_back(c);
+        } else if (u < 0x20) {
+            switch (c) {
+                case '\b':
+                    out.append("\\b");
+                    break;
+                case '\t':
+                    out.append("\\t");
+                    break;
+                case '\n':
+                    out.append("\\n");
+                    break;
+                case '\f':
+                    out.append("\\f");
+                    break;
+                case '\r':
+                    out.append("\\r");
+                    break;
+                default:
+                    out.append("\\u00");
+                    out.push_back(hex[u >> 4]);
+                    out.push_back(hex[u & 15]);
+            }
+        } else {
+            out.push_back(c);
+        }
+    }
+    out.push_back('\'');
+}
+
+}  // namespace
+
 std::string execute_command_body(std::string_view command, std::string_view marker, std::int64_t timeout_seconds) {
     if (!files::valid_utf8(command) || !files::valid_utf8(marker))
         return execute_body(execute_argv(command, marker, timeout_seconds));
@@ -97,15 +143,16 @@ std::string execute_command_body(std::string_view command, std::string_view mark
         escaped.pop_back();  // the closing quote: the line goes on
         return "{\"command\":" + escaped + " ";
     }();
-    std::string tail = files::shell_quote(marker);
-    tail += ' ';
-    tail += files::shell_quote(std::to_string(timeout_seconds));
-    tail += ' ';
-    tail += files::shell_quote(command);
-    const std::string escaped = json::serialize(json::string_view(tail));
+    const std::string timeout = std::to_string(timeout_seconds);
     std::string body;
-    body.reserve(head.size() + escaped.size() + 1);
-    body.append(head).append(escaped, 1).append("}");  // the tail's opening quote dropped
+    body.reserve(head.size() + marker.size() + timeout.size() + command.size() + command.size() / 8 + 16);
+    body.append(head);
+    append_json_quoted_arg(body, marker);
+    body.push_back(' ');
+    append_json_quoted_arg(body, timeout);
+    body.push_back(' ');
+    append_json_quoted_arg(body, command);
+    body.append("\"}");
     return body;
 }
 
@@ -238,9 +285,9 @@ bool ExecuteResponseReader::finish() {
     return !state_->failed;
 }
 
-const std::string& ExecuteResponseReader::stdout_text() const { return state_->parser.handler().out; }
-const std::string& ExecuteResponseReader::stderr_text() const { return state_->parser.handler().err; }
-const std::string& ExecuteResponseReader::stderr_tail() const { return state_->parser.handler().err_tail; }
+std::string& ExecuteResponseReader::stdout_text() { return state_->parser.handler().out; }
+std::string& ExecuteResponseReader::stderr_text() { return state_->parser.handler().err; }
+std::string& ExecuteResponseReader::stderr_tail() { return state_->parser.handler().err_tail; }
 std::optional<std::int64_t> ExecuteResponseReader::exit_code() const { return state_->parser.handler().exit_code; }
 bool ExecuteResponseReader::truncated() const { return state_->parser.handler().truncated; }
 
@@ -272,14 +319,16 @@ DecodedRun decode_run(std::string stdout_text, std::string stderr_text, std::str
         auto nl = stderr_tail.rfind('\n', stderr_tail.size() - 2);
         if (nl != std::string_view::npos) line = stderr_tail.substr(nl + 1, stderr_tail.size() - nl - 2);
     }
-    const std::string timeout_line = std::string(marker) + "-timeout";
-    const std::string base64_prefix = std::string(marker) + "-base64 ";
-    if (!marker.empty() && line == timeout_line) {
+    // "<marker>-timeout" and "<marker>-base64 N", compared in place.
+    const bool marked = !marker.empty() && line.substr(0, marker.size()) == marker;
+    const std::string_view after_marker = marked ? line.substr(marker.size()) : std::string_view();
+    if (marked && after_marker == "-timeout") {
         r.timed_out = true;
         return r;
     }
-    if (!marker.empty() && line.substr(0, base64_prefix.size()) == base64_prefix) {
-        std::string_view status = line.substr(base64_prefix.size());
+    constexpr std::string_view base64_suffix = "-base64 ";
+    if (marked && after_marker.substr(0, base64_suffix.size()) == base64_suffix) {
+        std::string_view status = after_marker.substr(base64_suffix.size());
         std::int64_t code = 0;
         bool digits = !status.empty() && status.size() < 10;
         for (char c : status) {

@@ -44,9 +44,10 @@ public:
     bool write(std::string_view chunk);  // false on malformed JSON
     bool finish();                       // false when the document is incomplete or malformed
 
-    const std::string& stdout_text() const;
-    const std::string& stderr_text() const;
-    const std::string& stderr_tail() const;  // the last bytes of stderr, kept past the cap
+    // Mutable, so a finished reader's text can be moved out rather than copied.
+    std::string& stdout_text();
+    std::string& stderr_text();
+    std::string& stderr_tail();  // the last bytes of stderr, kept past the cap
     std::optional<std::int64_t> exit_code() const;
     bool truncated() const;  // a stream was longer than the cap
 

@@ -45,9 +45,12 @@ std::string to_hex(const unsigned char* data, std::size_t size) {
 }  // namespace
 
 std::string random_hex(std::size_t bytes) {
-    std::vector<unsigned char> raw(bytes);
-    fill_random(raw.data(), raw.size());
-    return to_hex(raw.data(), raw.size());
+    // Names and markers want a few bytes: those come from the stack.
+    unsigned char small[32];
+    std::vector<unsigned char> large(bytes > sizeof small ? bytes : 0);
+    unsigned char* raw = bytes > sizeof small ? large.data() : small;
+    fill_random(raw, bytes);
+    return to_hex(raw, bytes);
 }
 
 std::string random_string(std::string_view alphabet, std::size_t length) {

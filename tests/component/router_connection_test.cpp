@@ -73,7 +73,7 @@ TEST_F(RouterConnectionTest, ReusesOneConnectionAndSendsHeadAndBodyOnce) {
             RouterRequest r;
             r.method = "POST";
             r.target = "/execute";
-            r.headers = {{"X-Sandbox-ID", "sb"}};
+            r.add_header("X-Sandbox-ID", "sb");
             r.body = "{\"command\":\"true\"}";
             Collect sink;
             auto status = co_await send(*c, r, sink, 5000ms);
@@ -145,7 +145,7 @@ TEST_F(RouterConnectionTest, FailuresAreTyped) {
         status = co_await send(*c, r, e, 5000ms);
         EXPECT_TRUE(!status && status.error().code == errc::cancelled);
         r.target = "/x";
-        r.headers = {{"X-Sandbox-ID", "a\r\nX-Injected: 1"}};
+        r.add_header("X-Sandbox-ID", "a\r\nX-Injected: 1");
         Collect f;
         status = co_await send(*c, r, f, 5000ms);
         EXPECT_TRUE(!status && status.error().code == errc::invalid_argument);

@@ -49,7 +49,8 @@ TEST(Http1, RequestHeadHasEveryFieldOnce) {
     RouterRequest r;
     r.method = "POST";
     r.target = "/execute";
-    r.headers = {{"X-Sandbox-ID", "sb"}, {"Content-Type", "application/json"}};
+    r.add_header("X-Sandbox-ID", "sb");
+    r.add_header("Content-Type", "application/json");
     r.body = "{}";
     EXPECT_EQ(http1::request_head(r, "/prefix", "router:8080", "tok"),
               "POST /prefix/execute HTTP/1.1\r\nHost: router:8080\r\nUser-Agent: kubesandbox\r\n"
@@ -64,11 +65,20 @@ TEST(Http1, RequestHeadHasEveryFieldOnce) {
 TEST(Http1, LineBreaksNeverReachTheWire) {
     RouterRequest r;
     r.target = "/x";
-    r.headers = {{"X-Sandbox-ID", "a\r\nInjected: 1"}};
+    r.add_header("X-Sandbox-ID", "a\r\nInjected: 1");
+    EXPECT_TRUE(r.bad_field);
+    EXPECT_EQ(r.fields, "");
     EXPECT_EQ(http1::request_head(r, "", "h", ""), "");
-    r.headers = {{"Bad:Name", "v"}};
-    EXPECT_EQ(http1::request_head(r, "", "h", ""), "");
-    r.headers.clear();
+    RouterRequest named;
+    named.target = "/x";
+    named.add_header("Bad:Name", "v");
+    EXPECT_EQ(http1::request_head(named, "", "h", ""), "");
+    RouterRequest unnamed;
+    unnamed.add_header("", "v");
+    unnamed.add_header("X-Fine", "v");
+    EXPECT_EQ(http1::request_head(unnamed, "", "h", ""), "");
+    EXPECT_EQ(unnamed.fields, "X-Fine: v\r\n");
+    r = RouterRequest{};
     r.target = "/x HTTP/1.0\r\n";
     EXPECT_EQ(http1::request_head(r, "", "h", ""), "");
     r.target = "/x";

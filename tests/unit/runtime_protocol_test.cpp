@@ -35,7 +35,10 @@ TEST(RuntimeProtocol, ExecuteCommandBodyIsTheWrappedArgvsBodyByteForByte) {
                                                "bad \xff utf-8",
                                                "\xc3",
                                                std::string(5000, '\'')};
-    for (const auto& command : commands) {
+    // Every ASCII byte on its own too, each escaped (or not) as the serializer does.
+    std::vector<std::string> all = commands;
+    for (int c = 1; c < 0x80; ++c) all.push_back("<" + std::string(1, static_cast<char>(c)) + ">");
+    for (const auto& command : all) {
         for (std::int64_t timeout : {0, 7, 1800}) {
             for (std::string marker : {"kubesandbox-timeout-0123456789abcdef", "M", "m'a\"rk", "\xfe"}) {
                 EXPECT_EQ(rp::execute_command_body(command, marker, timeout),
