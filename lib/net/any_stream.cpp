@@ -42,6 +42,7 @@ public:
     void expires_never() override { deadline_.disarm(); }
     bool idle_alive() override { return socket_idle_alive(socket_); }
     bool is_tls() const noexcept override { return false; }
+    tcp::socket* plain_socket() noexcept override { return &socket_; }
 
 private:
     tcp::socket socket_;

@@ -54,6 +54,9 @@ public:
         // while idle means EOF, a reset or stray bytes: not reusable).
         virtual bool idle_alive() = 0;
         virtual bool is_tls() const noexcept = 0;
+        // A plain TCP stream's socket: reads and writes go to it directly, with the caller's
+        // own handler (no type-erased handler, executor and work to allocate per operation).
+        virtual asio::ip::tcp::socket* plain_socket() noexcept { return nullptr; }
     };
 
     using executor_type = asio::any_io_executor;
@@ -85,14 +88,20 @@ public:
     template <class MutableBufferSequence, class Token>
     auto async_read_some(const MutableBufferSequence& buffers, Token&& token) {
         return asio::async_initiate<Token, void(error_code, std::size_t)>(
-            [](auto handler, Impl* impl, asio::mutable_buffer b) { impl->read_some(b, std::move(handler)); }, token,
-            impl_.get(), first_buffer<asio::mutable_buffer>(buffers));
+            [](auto handler, Impl* impl, asio::mutable_buffer b) {
+                if (auto* socket = impl->plain_socket()) socket->async_read_some(b, std::move(handler));
+                else impl->read_some(b, std::move(handler));
+            },
+            token, impl_.get(), first_buffer<asio::mutable_buffer>(buffers));
     }
 
     template <class ConstBufferSequence, class Token>
     auto async_write_some(const ConstBufferSequence& buffers, Token&& token) {
         return asio::async_initiate<Token, void(error_code, std::size_t)>(
-            [](auto handler, Impl* impl, const ConstBufferList& list) { impl->write_some(list, std::move(handler)); },
+            [](auto handler, Impl* impl, const ConstBufferList& list) {
+                if (auto* socket = impl->plain_socket()) socket->async_write_some(list, std::move(handler));
+                else impl->write_some(list, std::move(handler));
+            },
             token, impl_.get(), buffer_list(buffers));
     }
 
