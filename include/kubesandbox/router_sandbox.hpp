@@ -58,6 +58,8 @@ private:
     std::shared_ptr<RouterConnection> connection_;
     RouterSandboxOptions options_;
     std::string id_;
+    std::string sandbox_fields_;     // the X-Sandbox-* header lines, written once
+    bool sandbox_fields_ok_{false};  // false: a name held a line break, and no request is sent
 };
 
 }  // namespace kubesandbox

@@ -113,16 +113,12 @@ bool is_absolute_clean_path(std::string_view p) {
 }  // namespace
 
 struct RouterSandbox::Internals {
-    // The router's fields naming the sandbox (and the content type), in one string: a request
-    // costs one allocation for them.
+    // The fields naming the sandbox were written once; a request adds its own.
     static void add_headers(RouterRequest& request, const RouterSandbox& self,
                             std::optional<std::int64_t> router_timeout, std::string_view content_type) {
-        const auto& o = self.options_;
-        request.fields.reserve(128 + o.sandbox_name.size() + o.namespace_name.size() + content_type.size());
-        request.add_header("X-Sandbox-ID", o.sandbox_name);
-        request.add_header("X-Sandbox-Namespace", o.namespace_name);
-        request.add_header("X-Sandbox-Port", std::to_string(o.port));
-        if (o.pod_ip) request.add_header("X-Sandbox-Pod-IP", *o.pod_ip);
+        request.fields.reserve(self.sandbox_fields_.size() + 64 + content_type.size());
+        request.fields = self.sandbox_fields_;
+        request.bad_field = !self.sandbox_fields_ok_;
         if (router_timeout) request.add_header("X-Sandbox-Timeout", std::to_string(*router_timeout));
         if (!content_type.empty()) request.add_header("Content-Type", content_type);
     }
@@ -256,7 +252,15 @@ struct RouterSandbox::Internals {
 RouterSandbox::RouterSandbox(std::shared_ptr<RouterConnection> connection, RouterSandboxOptions options)
     : connection_(std::move(connection)),
       options_(std::move(options)),
-      id_(options_.id.empty() ? options_.namespace_name + "/" + options_.sandbox_name : options_.id) {}
+      id_(options_.id.empty() ? options_.namespace_name + "/" + options_.sandbox_name : options_.id) {
+    RouterRequest fields;
+    fields.add_header("X-Sandbox-ID", options_.sandbox_name);
+    fields.add_header("X-Sandbox-Namespace", options_.namespace_name);
+    fields.add_header("X-Sandbox-Port", std::to_string(options_.port));
+    if (options_.pod_ip) fields.add_header("X-Sandbox-Pod-IP", *options_.pod_ip);
+    sandbox_fields_ = std::move(fields.fields);
+    sandbox_fields_ok_ = !fields.bad_field;
+}
 
 RouterSandbox::~RouterSandbox() = default;
 

@@ -152,6 +152,49 @@ TEST_F(RouterConnectionTest, FailuresAreTyped) {
     });
 }
 
+// A sandbox whose name or namespace would break the head is refused before anything is sent;
+// a good one sends the fields it was made with, and a call's own timeout, on every request.
+TEST_F(RouterConnectionTest, SandboxFieldsAreWrittenOnceAndNeverCarryALineBreak) {
+    std::vector<FakeRequest> seen;
+    FakeServer server(io_, [&](const FakeRequest& r) {
+        seen.push_back(r);
+        return FakeReply(test::http_response(200, R"({"stdout":"","stderr":"","exit_code":0})"));
+    });
+    auto c = connect(server);
+    run([&]() -> asio::awaitable<void> {
+        for (auto bad : {std::pair<std::string, std::string>{"a\r\nX-Injected: 1", "default"},
+                         std::pair<std::string, std::string>{"sb", "ns\nX-Injected: 1"}}) {
+            RouterSandboxOptions o;
+            o.sandbox_name = bad.first;
+            o.namespace_name = bad.second;
+            RouterSandbox sandbox(c, o);
+            auto r = co_await sandbox.execute("true", std::chrono::seconds(5));
+            EXPECT_TRUE(!r && r.error().code == errc::invalid_argument) << (r ? r->output : r.error().describe());
+        }
+        EXPECT_TRUE(seen.empty());
+        RouterSandboxOptions o;
+        o.sandbox_name = "sb";
+        o.namespace_name = "ns";
+        o.port = 9999;
+        o.pod_ip = "10.0.0.7";
+        RouterSandbox sandbox(c, o);
+        for (int timeout : {5, 7}) {
+            auto r = co_await sandbox.execute("true", std::chrono::seconds(timeout));
+            EXPECT_TRUE(r) << (r ? "" : r.error().describe());
+        }
+    });
+    ASSERT_EQ(seen.size(), 2u);
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+        EXPECT_EQ(seen[i].headers["x-sandbox-id"], "sb");
+        EXPECT_EQ(seen[i].headers["x-sandbox-namespace"], "ns");
+        EXPECT_EQ(seen[i].headers["x-sandbox-port"], "9999");
+        EXPECT_EQ(seen[i].headers["x-sandbox-pod-ip"], "10.0.0.7");
+        EXPECT_EQ(seen[i].headers["x-sandbox-timeout"], i == 0 ? "10" : "12");  // the limit plus 5 s
+        EXPECT_EQ(seen[i].headers["content-type"], "application/json");
+        EXPECT_EQ(seen[i].headers.count("x-injected"), 0u);
+    }
+}
+
 // A path that keeps failing is not hammered: opens pause (500 ms here), doubling, and the calls
 // in between fail at once with the last error; the first open that works ends the pause. The
 // pauses are wide so a stalled test process cannot outlast one between two calls.
