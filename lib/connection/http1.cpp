@@ -45,7 +45,7 @@ void ResponseParser::on_request_impl(http::verb, string_view, string_view, int, 
 }
 
 void ResponseParser::on_field_impl(http::field f, string_view, string_view value, error_code&) {
-    if (f == http::field::content_type) content_type_ = std::string_view(value.data(), value.size());
+    if (f == http::field::content_type) content_type_.assign(value.data(), value.size());
 }
 
 std::size_t ResponseParser::on_body_impl(string_view body, error_code& ec) {

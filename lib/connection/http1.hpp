@@ -47,9 +47,9 @@ private:
 
     ResponseSink& sink_;
     unsigned status_ = 0;
-    // A view into the buffer given to put(): beast parses a head only once it is whole in one
-    // buffer, so the field and on_header_impl come from the same call.
-    std::string_view content_type_;
+    // A copy: the field may come from an earlier put() than the end of the head, out of a
+    // buffer the caller has since consumed (or, for a folded value, out of Beast's own).
+    std::string content_type_;
     bool refused_ = false;
 };
 

@@ -35,9 +35,12 @@ public:
     class Slot {
     public:
         Slot(Slot&& other) noexcept : pool_(std::exchange(other.pool_, nullptr)) {}
-        // The slot held before goes back when `other` ends.
+        // The slot held before goes back at once; `other` is left empty.
         Slot& operator=(Slot&& other) noexcept {
-            std::swap(pool_, other.pool_);
+            if (this != &other) {
+                Slot previous(std::move(*this));
+                pool_ = std::exchange(other.pool_, nullptr);
+            }
             return *this;
         }
         ~Slot();

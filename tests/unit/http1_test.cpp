@@ -110,6 +110,44 @@ TEST(Http1, ParsesLengthAndChunkedBodiesInAnySplit) {
     }
 }
 
+// A head that arrives in two reads, the second after the Content-Type line: Beast hands over
+// that field in the first put(), whose bytes the caller then consumes, so the parser keeps a
+// copy. The same for a folded value, which Beast assembles in a buffer of its own.
+TEST(Http1, ContentTypeSurvivesTheBufferItCameIn) {
+    // A field is handed over once the next line has begun (it might be folded otherwise).
+    const std::string head_start = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-";
+    const std::string head_rest = "Length: 2\r\nX-Filler: " + std::string(200, 'x') + "\r\n\r\n{}";
+    RecordingSink sink;
+    http1::ResponseParser parser(sink);
+    parser.eager(true);
+    std::string buffer;
+    buffer.reserve(4096);  // one storage throughout, so consumed bytes are overwritten in place
+    buffer = head_start;
+    boost::system::error_code ec;
+    std::size_t used = parser.put(boost::asio::buffer(buffer), ec);
+    EXPECT_EQ(ec, http::error::need_more);
+    EXPECT_GT(used, 0u);  // the fields so far were parsed and consumed
+    buffer.erase(0, used);
+    buffer.append(head_rest);
+    while (!parser.is_done() && !buffer.empty()) {
+        used = parser.put(boost::asio::buffer(buffer), ec);
+        ASSERT_TRUE(!ec || ec == http::error::need_more) << ec.message();
+        buffer.erase(0, used);
+        if (used == 0) break;
+    }
+    ASSERT_TRUE(parser.is_done());
+    EXPECT_EQ(sink.content_type, "application/json");
+    EXPECT_EQ(sink.body, "{}");
+
+    const std::string folded =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain;\r\n charset=utf-8\r\n"
+        "X-Other: a\r\n b\r\nContent-Length: 0\r\n\r\n";
+    RecordingSink fold_sink;
+    http1::ResponseParser fold_parser(fold_sink);
+    ASSERT_TRUE(feed(fold_parser, folded, 4096));
+    EXPECT_EQ(fold_sink.content_type, "text/plain; charset=utf-8");
+}
+
 // Beast before 1.86 asserted (n >= 5 in parse_chunk_header) when the last chunk of an empty
 // chunked body, "0\r\n", had been put() and the next put() brought one byte more: with asserts
 // on (the default debugoptimized build) a server splitting its response there aborted us.

@@ -76,11 +76,11 @@ TEST(SocketDeadline, AnEarlierDeadlineReplacesTheWaitOut) {
     EXPECT_LT(*f.expired_after, 2s);
 }
 
-TEST(SocketDeadline, ADeadlineDisarmedAfterARunIsNotCarriedIntoTheNext) {
+TEST(SocketDeadline, AWaitDroppedAfterADisarmGivesWayToTheNextArm) {
     Fixture f;
     f.deadline.arm(60ms);
-    // A request finishes within the deadline and the next starts a turn later, as on a pooled
-    // connection used by turns: the first wait must not expire the second request early.
+    // A request ends within its deadline and the next starts after the executor's next turn:
+    // the disarm's check has dropped the first wait by then, and the second arm waits anew.
     asio::post(f.io, [&] {
         f.deadline.disarm();
         asio::post(f.io, [&] { f.deadline.arm(400ms); });
