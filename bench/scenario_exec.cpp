@@ -119,6 +119,45 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
         },
         600s, "execute true");
     Row our_rt = latency_row("2 exec round trip `true`", "PodExecSandbox::execute", ours);
+    // The same calls with an exec each (no shell sessions): what the sessions buy.
+    {
+        PodExecSandboxOptions per_exec;
+        per_exec.idle_shell_sessions = 0;
+        PodExecSandbox plain(KubeClient(io.get_executor(), cluster.kube_config()), ns, pod, per_exec);
+        std::vector<double> walls, cpus;
+        run_on(
+            io,
+            [&]() -> asio::awaitable<void> {
+                for (int i = 0; i <= sz.exec_n; ++i) {
+                    auto t0 = Clock::now();
+                    double c0 = thread_cpu();
+                    auto r = co_await plain.execute("true", std::chrono::seconds(120));
+                    if (!r || r->exit_code != 0) {
+                        failures.push_back("execute true, an exec each: " +
+                                           (r ? "exit " + std::to_string(r->exit_code.value_or(-1))
+                                              : r.error().describe()));
+                        co_return;
+                    }
+                    if (i > 0) {
+                        walls.push_back(seconds_since(t0));
+                        cpus.push_back(thread_cpu() - c0);
+                    }
+                }
+            },
+            600s, "execute true, an exec each");
+        if (sb->shell_sessions_opened() != 1)
+            failures.push_back("scenario 2: execute opened " + std::to_string(sb->shell_sessions_opened()) +
+                               " shell sessions for sequential calls (expected 1)");
+        Row ours_again = our_rt;
+        ours_again.variant = "PodExecSandbox::execute (same figures)";
+        Row each = latency_row("2 exec round trip `true`", "PodExecSandbox::execute, an exec each (sessions off)",
+                               walls);
+        compare_to_peer(ours_again, each, "an exec per command");
+        rows.push_back(ours_again);
+        rows.push_back(each);
+        rows.push_back(in_micros(latency_row("2 client CPU per execute",
+                                             "PodExecSandbox::execute, an exec each (sessions off)", cpus)));
+    }
     if (env.kubectl) {
         auto argv = kubectl_exec_argv(ns, pod, {"true"});
         for (int i = 0; i <= sz.exec_n; ++i) {

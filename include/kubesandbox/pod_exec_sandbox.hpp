@@ -24,6 +24,21 @@ struct PodExecSandboxOptions {
     // Largest file upload_files sends or download_files accepts; a larger one gets the per-file
     // error file_too_large, and a download stops reading there (a /dev/zero costs this much memory).
     std::size_t max_file_bytes{256 * 1024 * 1024};
+    // execute() runs its commands through shell sessions: execs of a small shell that stay open
+    // and run one command at a time, each in a fresh `sh -c` with the same environment,
+    // working directory and kill-on-timeout as an exec of its own. A command then costs one
+    // message each way instead of a connection, an upgrade and a process start. Up to this many
+    // stay open per sandbox between calls, none longer than `shell_session_idle_limit`; 0 gives
+    // every command an exec of its own. Output written by a command's background processes after
+    // it returned may show up in a later command's output; a session that receives any between
+    // commands is not used again.
+    std::size_t idle_shell_sessions{2};
+    std::chrono::seconds shell_session_idle_limit{60};
+    // In a session, commands share the session shell's process group (a timeout still kills all a
+    // command started, and only that): `kill 0` in a command also reaches what earlier commands
+    // left running, and `kill -- -$$` finds no group. True starts each command in a group of its
+    // own, as an exec of its own would be, at the price of a `setsid` program image per command.
+    bool shell_session_process_groups{false};
     // Called after each command (and may be called after a reconnect), never awaited by
     // execute(): the provider uses it to record last-activity.
     std::function<void()> on_activity{};
@@ -75,15 +90,20 @@ public:
     boost::asio::awaitable<Result<RunResponse>> run(std::vector<std::string> argv, std::string stdin_data,
                                                     std::optional<std::chrono::seconds> timeout, OutputSink sink);
 
+    // Shell sessions opened so far by execute() (for tests and benchmarks).
+    std::size_t shell_sessions_opened() const;
+
 private:
     struct Internals;
     friend struct Internals;
+    struct Sessions;
 
     KubeClient client_;
     std::string namespace_;
     std::string pod_;
     std::string id_;
     PodExecSandboxOptions options_;
+    std::unique_ptr<Sessions> sessions_;
 };
 
 }  // namespace kubesandbox

@@ -50,6 +50,11 @@ struct RawProviderOptions {
     std::chrono::seconds startup_timeout{120};
     std::chrono::seconds default_exec_timeout{1800};
     std::size_t max_output_bytes{1024 * 1024};
+    // Shell sessions each sandbox keeps open between execute() calls, and for how long
+    // (PodExecSandboxOptions::idle_shell_sessions); 0 gives every command an exec of its own.
+    std::size_t idle_shell_sessions{2};
+    std::chrono::seconds shell_session_idle_limit{60};
+    bool shell_session_process_groups{false};
     std::string runtime_class_name{};  // e.g. gvisor, kata
     std::optional<std::int64_t> active_deadline_seconds{};
     bool read_only_root_filesystem{false};  // then emptyDirs for the workdir and /tmp

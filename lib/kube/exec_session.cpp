@@ -35,7 +35,9 @@ constexpr std::size_t max_stdin_message = 32 * 1024;
 
 using WebSocket = ChannelWebSocket;
 
-std::string exec_target(const ExecTarget& t) {
+}  // namespace
+
+std::string exec_request_target(const ExecTarget& t) {
     ResourcePath p;
     p.plural = "pods";
     p.namespace_name = t.namespace_name;
@@ -49,6 +51,8 @@ std::string exec_target(const ExecTarget& t) {
     q.emplace_back("stdout", "true");
     return p.str() + proto::query_string(q);
 }
+
+namespace {
 
 void add_capped(std::string& sink, std::string_view data, std::size_t cap, bool& truncated) {
     if (sink.size() >= cap) {
@@ -72,7 +76,7 @@ struct Session {
 std::vector<std::string> exec_protocols() { return {"v5.channel.k8s.io", "v4.channel.k8s.io"}; }
 
 asio::awaitable<Result<Session>> open_session(KubeClient::Impl& client, const ExecTarget& target) {
-    auto opened = co_await open_channel_websocket(client, exec_target(target), exec_protocols());
+    auto opened = co_await open_channel_websocket(client, exec_request_target(target), exec_protocols());
     if (!opened) co_return fail(opened.error());
     Session s;
     s.v5 = opened->protocol == "v5.channel.k8s.io";

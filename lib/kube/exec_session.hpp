@@ -54,6 +54,9 @@ struct ExecRunOptions {
     std::function<boost::asio::awaitable<bool>(int channel, std::string_view data)> on_output{};
 };
 
+// The API path and query of an exec of `target` (below the server's base path).
+std::string exec_request_target(const ExecTarget& target);
+
 // Runs one exec session to completion on a strand of the client's executor. Errors: the
 // upgrade was refused (typed from the Status), the connection broke (errc::connection_closed),
 // or the server reported the command could not run (errc::pod_failed). Cancelling the caller

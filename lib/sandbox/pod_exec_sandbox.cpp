@@ -3,6 +3,8 @@
 #include "files/text.hpp"
 #include "kube/client_impl.hpp"
 #include "kube/exec_session.hpp"
+#include "sandbox/pod_exec_scripts.hpp"
+#include "sandbox/shell_session.hpp"
 #include "sandbox/transfer_status.hpp"
 #include "util/random.hpp"
 
@@ -22,89 +24,6 @@ namespace kubesandbox {
 namespace asio = boost::asio;
 
 namespace {
-
-// Scripts run as `sh -c SCRIPT sh ARGS...`: paths travel as argv elements, never through shell
-// parsing, so quotes, $, backticks, newlines and leading dashes are inert.
-// Exit codes: 20 permission denied, 21 is a directory, 22 not found.
-constexpr const char* upload_script = R"SH(p=$1; n=$2
-case $p in */*) d=${p%/*}; [ -n "$d" ] || d=/ ;; *) d=. ;; esac
-if [ ! -d "$d" ]; then
-  mkdir -p -- "$d" 2>/dev/null || { [ -e "$d" ] && exit 22; exit 20; }
-fi
-[ -d "$p" ] && exit 21
-# `true`, not `:`: a failed redirection on a special built-in would end the shell.
-{ true > "$p"; } 2>/dev/null || exit 20
-exec head -c "$n" > "$p"
-)SH";
-
-constexpr const char* download_script = R"SH(p=$1
-[ -d "$p" ] && exit 21
-[ -e "$p" ] || exit 22
-[ -r "$p" ] || exit 20
-exec cat -- "$p"
-)SH";
-
-// Every command given as argv runs under this launcher: it marks its environment (inherited by
-// everything the command starts), enters the working directory and, when it does not lead a
-// process group already, starts a session of its own (setsid without forking: util-linux and
-// busybox agree there), so a timeout can kill the command's whole process group.
-constexpr const char* launch_script = R"SH(KUBESANDBOX_EXEC=$1; export KUBESANDBOX_EXEC
-if [ -n "$2" ]; then cd -- "$2" || exit 1; fi
-shift 2
-if read -r _ _ _ _ pg _ < /proc/$$/stat 2>/dev/null && [ "$pg" != "$$" ] && command -v setsid >/dev/null 2>&1; then
-  exec setsid "$@"
-fi
-exec "$@"
-)SH";
-
-// Kills what a timed-out command left running: processes carrying its marker (in their
-// environment, or for the shell that runs a shell command, at the start of its script), their descendants
-// (which may have cleared their environment) and the process groups the marked processes lead.
-// Several passes catch children forked meanwhile; groups are matched against every group leader
-// marked in any pass, since a child forked just before its marked parent was killed carries no
-// marker when it cleared its environment, and its parent is pid 1 by the next pass. (A group's id
-// is not reused while the group has a member.) Zombies are passed over (already dead, and no
-// longer a sign that anything is left) unless other threads of theirs still run. Never touches
-// PID 1 or its own group.
-constexpr const char* kill_script = R"SH(m="KUBESANDBOX_EXEC=$1"
-self=$$
-read -r _ _ _ _ selfpg _ < /proc/$self/stat 2>/dev/null
-leaders=
-for pass in 1 2 3 4 5; do
-  marked= stats=
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}
-    [ "$p" = "$self" ] && continue
-    [ "$p" = 1 ] && continue
-    s=$(cat "$d/stat" 2>/dev/null) || continue
-    s=${s##*) }
-    set -- $s
-    [ "$1" = Z ] && [ "${18}" = 1 ] && continue
-    stats="$stats $p:$2:$3"
-    if tr '\000' '\n' 2>/dev/null < "$d/environ" | grep -qxF -- "$m" ||
-       tr '\000' '\n' 2>/dev/null < "$d/cmdline" | grep -q -- "^$m; export KUBESANDBOX_EXEC; "; then
-      marked="$marked $p"
-      [ "$p" = "$3" ] && leaders="$leaders $p"
-    fi
-  done
-  [ -n "$marked$leaders" ] || break
-  victims=$marked
-  changed=1
-  while [ -n "$changed" ]; do
-    changed=
-    for e in $stats; do
-      p=${e%%:*}; r=${e#*:}; pp=${r%%:*}; pg=${r#*:}
-      case " $victims " in *" $p "*) continue ;; esac
-      case " $victims " in *" $pp "*) victims="$victims $p"; changed=1; continue ;; esac
-      [ "$pg" = "$selfpg" ] && continue
-      case " $leaders " in *" $pg "*) victims="$victims $p"; changed=1 ;; esac
-    done
-  done
-  [ -n "$victims" ] || break
-  for p in $victims; do kill -9 "$p" 2>/dev/null; done
-done
-exit 0
-)SH";
 
 // Largest prefix of at most `cap` bytes that does not end inside a UTF-8 sequence.
 std::size_t utf8_safe_cut(std::string_view s, std::size_t cap) {
@@ -159,11 +78,18 @@ std::optional<std::string> transfer_error(const kube::ExecOutcome& outcome) {
     return kubesandbox::transfer_error(*outcome.exit_code, outcome.stderr_data);
 }
 
+constexpr std::size_t max_session_command = 64 * 1024;
+
 bool is_absolute_clean_path(std::string_view p) {
     return !p.empty() && p.front() == '/' && p.find('\0') == std::string_view::npos;
 }
 
 }  // namespace
+
+struct PodExecSandbox::Sessions {
+    sandbox::ShellSessionPool pool;
+    std::atomic<bool> unusable{};  // the image cannot run the driver: an exec per command
+};
 
 PodExecSandbox::PodExecSandbox(KubeClient client, std::string namespace_name, std::string pod_name,
                                PodExecSandboxOptions options)
@@ -171,9 +97,20 @@ PodExecSandbox::PodExecSandbox(KubeClient client, std::string namespace_name, st
       namespace_(std::move(namespace_name)),
       pod_(std::move(pod_name)),
       id_(namespace_ + "/" + pod_),
-      options_(std::move(options)) {}
+      options_(std::move(options)) {
+    if (options_.idle_shell_sessions > 0) {
+        std::vector<std::string> driver{
+            options_.shell, "-c",           std::string(sandbox::shell_session_driver()),
+            "sh",           options_.shell, options_.shell_session_process_groups ? "1" : "0"};
+        sessions_.reset(new Sessions{
+            sandbox::ShellSessionPool(KubeClientAccess::impl(client_), make_target(*this, std::move(driver), true),
+                                      options_.idle_shell_sessions, options_.shell_session_idle_limit)});
+    }
+}
 
 PodExecSandbox::~PodExecSandbox() = default;
+
+std::size_t PodExecSandbox::shell_sessions_opened() const { return sessions_ ? sessions_->pool.opened_count() : 0; }
 
 namespace {
 
@@ -196,7 +133,8 @@ std::optional<Error> check_command(const std::vector<std::string>& argv, std::op
 struct PodExecSandbox::Internals {
     static std::vector<std::string> launch_argv(const PodExecSandbox& self, const std::string& marker,
                                                 std::vector<std::string> argv) {
-        std::vector<std::string> out{self.options_.shell, "-c", launch_script, "sh", marker, self.options_.workdir};
+        std::vector<std::string> out{self.options_.shell,  "-c", sandbox::launch_script, "sh", marker,
+                                     self.options_.workdir};
         out.insert(out.end(), std::make_move_iterator(argv.begin()), std::make_move_iterator(argv.end()));
         return out;
     }
@@ -229,11 +167,23 @@ struct PodExecSandbox::Internals {
         auto done = co_await kube::run_exec(std::move(client), std::move(killer), std::move(kill_run));
         co_return done && done->exit_code == 0;
     }
-    static kube::ExecTarget killer(const PodExecSandbox& self, std::string marker) {
-        return make_target(self, {self.options_.shell, "-c", kill_script, "sh", std::move(marker)}, false);
+    // `driver`: the shell session's driver that ran the command; none for an exec of its own.
+    // `driver` and `token`: the shell session that ran the command; none for an exec of its own.
+    static kube::ExecTarget killer(const PodExecSandbox& self, std::string marker, sandbox::DriverHello driver = {},
+                                   std::string token = {}) {
+        std::vector<std::string> argv{self.options_.shell, "-c", sandbox::kill_script, "sh", std::move(marker)};
+        if (driver.pid > 0) {
+            argv.push_back(std::to_string(driver.pid));
+            argv.push_back(std::move(token));
+            // Commands share the driver's process group, and only what they started is in it.
+            argv.push_back(!driver.own_groups && driver.leads_group() ? "1" : "0");
+        }
+        return make_target(self, std::move(argv), false);
     }
-    static asio::awaitable<bool> kill_marked(PodExecSandbox& self, std::string marker) {
-        co_return co_await kill_marked(KubeClientAccess::impl(self.client_), killer(self, std::move(marker)));
+    static asio::awaitable<bool> kill_marked(PodExecSandbox& self, std::string marker, sandbox::DriverHello driver = {},
+                                             std::string token = {}) {
+        co_return co_await kill_marked(KubeClientAccess::impl(self.client_),
+                                       killer(self, std::move(marker), driver, std::move(token)));
     }
 
     static asio::awaitable<std::optional<Error>> gone_error(PodExecSandbox& self) {
@@ -298,6 +248,75 @@ struct PodExecSandbox::Internals {
         co_return outcome;
     }
 
+    // execute() through a shell session; the same outcomes and clean-up as run_marked. nullopt:
+    // this image cannot run the session's driver, run the command in an exec of its own.
+    static asio::awaitable<std::optional<Result<kube::ExecOutcome>>> run_in_session(PodExecSandbox& self,
+                                                                                    const std::string& command,
+                                                                                    std::chrono::seconds limit) {
+        auto& pool = self.sessions_->pool;
+        const std::string marker = util::random_hex(8);
+        std::optional<std::chrono::steady_clock::duration> timeout;
+        if (limit.count() > 0) timeout = limit;
+        for (int attempt = 0;; ++attempt) {
+            auto acquired = co_await pool.acquire();
+            if (!acquired) {
+                if (acquired.error().is(errc::invalid_response)) {
+                    self.sessions_->unusable = true;
+                    co_return std::nullopt;
+                }
+                if (acquired.error().is(errc::connection_closed) || acquired.error().is(errc::pod_failed)) {
+                    if (auto gone = co_await gone_error(self)) co_return fail(std::move(*gone));
+                }
+                co_return fail(acquired.error());
+            }
+            std::shared_ptr<sandbox::ShellSession> session = std::move(*acquired);
+            if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none) {
+                pool.release(std::move(session));
+                co_return fail(errc::cancelled, "execute in " + self.id_ + " was cancelled before its command started");
+            }
+            const sandbox::DriverHello driver = session->driver();
+            const std::string token = session->token();
+            // The trailer's marker is never shown to the command (its input is /dev/null).
+            std::string trailer = util::random_hex(16);
+            std::string request =
+                sandbox::encode_shell_request(trailer, launch_shell_argv(self, marker, command).at(2));
+            auto ran =
+                co_await session->run(std::move(trailer), std::move(request), self.options_.max_output_bytes, timeout);
+            // The session ended between its check and the command (its idle timer): nothing ran.
+            if (ran && ran->not_sent && attempt == 0) continue;
+            if (ran && ran->not_sent)
+                co_return fail(errc::connection_closed, "no shell session could take the command");
+            if (self.options_.on_activity) self.options_.on_activity();
+            if ((ran && ran->cancelled) ||
+                (co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none) {
+                asio::co_spawn(KubeClientAccess::impl(self.client_)->executor,
+                               kill_marked(KubeClientAccess::impl(self.client_), killer(self, marker, driver, token)),
+                               asio::detached);
+                co_return fail(errc::cancelled,
+                               "execute in " + self.id_ + " was cancelled; its command is being killed");
+            }
+            if (!ran) {
+                if (ran.error().is(errc::connection_closed) || ran.error().is(errc::pod_failed)) {
+                    if (auto gone = co_await gone_error(self)) co_return fail(std::move(*gone));
+                }
+                Error lost = ran.error();
+                bool killed = co_await kill_marked(self, marker, driver, token);
+                lost.message += killed ? "; the command was killed" : "; the command could not be killed";
+                co_return fail(std::move(lost));
+            }
+            kube::ExecOutcome& outcome = ran->outcome;
+            if (outcome.timed_out) {
+                co_await kill_marked(self, marker, driver, token);
+                co_return std::move(outcome);
+            }
+            pool.release(std::move(session));
+            if (!outcome.exit_code || *outcome.exit_code >= 128) {
+                if (auto gone = co_await gone_error(self)) co_return fail(std::move(*gone));
+            }
+            co_return std::move(outcome);
+        }
+    }
+
     static asio::awaitable<Result<kube::ExecOutcome>> transfer(PodExecSandbox& self, std::vector<std::string> argv,
                                                                std::string stdin_data, bool with_stdin,
                                                                std::size_t max_stdout) {
@@ -325,10 +344,22 @@ asio::awaitable<Result<ExecuteResponse>> PodExecSandbox::execute(std::string com
                                                                  std::optional<std::chrono::seconds> timeout) {
     if (auto bad = check_command({command}, timeout)) co_return fail(std::move(*bad));
     const std::chrono::seconds limit = timeout.value_or(options_.default_timeout);
-    std::vector<std::string> argv{std::move(command)};
-    OutputSink collected;  // none: the output is collected with its cap
-    auto outcome =
-        co_await Internals::run_marked(*this, std::move(argv), true, std::string(), false, limit, std::move(collected));
+    Result<kube::ExecOutcome> outcome;
+    // A long command goes in an exec of its own: the driver reads its input a byte at a time.
+    bool ran_in_session = true;
+    if (sessions_ && !sessions_->unusable && command.size() <= max_session_command) {
+        auto in_session = co_await Internals::run_in_session(*this, command, limit);
+        if (in_session) outcome = std::move(*in_session);
+        else ran_in_session = false;
+    } else {
+        ran_in_session = false;
+    }
+    if (!ran_in_session) {
+        std::vector<std::string> argv{std::move(command)};
+        OutputSink collected;  // none: the output is collected with its cap
+        outcome = co_await Internals::run_marked(*this, std::move(argv), true, std::string(), false, limit,
+                                                 std::move(collected));
+    }
     if (!outcome) co_return fail(outcome.error());
     // On timeout the output so far is dropped, as the reference does.
     if (outcome->timed_out) co_return timed_out_response(limit);
@@ -420,7 +451,8 @@ asio::awaitable<Result<std::vector<FileUploadResponse>>> PodExecSandbox::upload_
             out[i].error = "not attempted: " + fatal->message;
             co_return;
         }
-        std::vector<std::string> argv{options_.shell, "-c", upload_script, "sh", path, std::to_string(content.size())};
+        std::vector<std::string> argv{options_.shell, "-c", sandbox::upload_script,
+                                      "sh",           path, std::to_string(content.size())};
         auto outcome = co_await Internals::transfer(*this, std::move(argv), std::move(content), true, 64 * 1024);
         if (!outcome) {
             if (outcome.error().is(errc::not_found)) fatal = outcome.error();
@@ -452,7 +484,7 @@ asio::awaitable<Result<std::vector<FileDownloadResponse>>> PodExecSandbox::downl
             out[i].error = "not attempted: " + fatal->message;
             co_return;
         }
-        std::vector<std::string> argv{options_.shell, "-c", download_script, "sh", path};
+        std::vector<std::string> argv{options_.shell, "-c", sandbox::download_script, "sh", path};
         auto outcome =
             co_await Internals::transfer(*this, std::move(argv), std::string(), false, options_.max_file_bytes);
         if (!outcome) {

@@ -530,6 +530,9 @@ std::unique_ptr<PodExecSandbox> make_sandbox(const StatePtr& st, const std::stri
     o.workdir = st->options.workdir;
     o.max_output_bytes = st->options.max_output_bytes;
     o.default_timeout = st->options.default_exec_timeout;
+    o.idle_shell_sessions = st->options.idle_shell_sessions;
+    o.shell_session_idle_limit = st->options.shell_session_idle_limit;
+    o.shell_session_process_groups = st->options.shell_session_process_groups;
     std::weak_ptr<RawProvider::State> weak = st;
     o.on_activity = [weak, id] {
         if (auto s = weak.lock()) record_activity(s, id);

@@ -1,0 +1,96 @@
+// Shell sessions: long-lived pods/exec WebSockets running the driver of shell_session_core, so
+// that an execute() costs one message each way on an open connection instead of a TLS
+// connection, an upgrade and a process start. Internal.
+#pragma once
+
+#include <kubesandbox/kube_client.hpp>
+
+#include "kube/exec_session.hpp"
+#include "sandbox/shell_session_core.hpp"
+
+#include <boost/asio/awaitable.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kubesandbox::sandbox {
+
+class ShellSession;
+
+// The sessions of one sandbox: at most `max_idle` are kept between commands, none longer than
+// `idle_limit` (below the idle timeouts of load balancers in front of API servers). Sessions in
+// use are not counted: concurrent commands each get one.
+class ShellSessionPool {
+public:
+    ShellSessionPool(std::shared_ptr<KubeClient::Impl> client, kube::ExecTarget driver, std::size_t max_idle,
+                     std::chrono::steady_clock::duration idle_limit);
+    ~ShellSessionPool();  // idle sessions end gracefully (the driver sees end of input)
+    ShellSessionPool(const ShellSessionPool&) = delete;
+    ShellSessionPool& operator=(const ShellSessionPool&) = delete;
+
+    // An idle session, or a new one (an exec of the driver). Errors are those of the exec.
+    boost::asio::awaitable<Result<std::shared_ptr<ShellSession>>> acquire();
+    // Back after a command: kept when clean and there is room, else ended.
+    void release(std::shared_ptr<ShellSession> session);
+
+    std::size_t idle_count() const;
+    std::size_t opened_count() const;  // sessions opened so far (for tests and benchmarks)
+
+private:
+    struct Idle {
+        std::shared_ptr<ShellSession> session;
+        std::chrono::steady_clock::time_point since;
+    };
+    std::shared_ptr<KubeClient::Impl> client_;
+    kube::ExecTarget driver_;
+    std::size_t max_idle_;
+    std::chrono::steady_clock::duration idle_limit_;
+    mutable std::mutex mutex_;
+    std::vector<Idle> idle_;
+    std::size_t opened_{};
+};
+
+// What one command in a session produced.
+struct ShellRun {
+    kube::ExecOutcome outcome;  // exit_code set unless timed out
+    bool cancelled{};           // the caller was cancelled: the command may still run
+    bool not_sent{};            // the session ended before the command was sent: nothing ran
+};
+
+class ShellSession : public std::enable_shared_from_this<ShellSession> {
+public:
+    struct Private;
+    explicit ShellSession(std::shared_ptr<Private> state);
+    ~ShellSession();
+
+    // Opens a session running the driver as `driver` (an exec with stdin) followed by a token of
+    // its own; it ends itself once idle for `idle_limit`.
+    static boost::asio::awaitable<Result<std::shared_ptr<ShellSession>>> open(
+        std::shared_ptr<KubeClient::Impl> client, kube::ExecTarget driver,
+        std::chrono::steady_clock::duration idle_limit);
+
+    // Sends `request` (encode_shell_request with `trailer_marker`) and collects the output up to
+    // `cap` per stream until both trailers. On a timeout or a cancelled caller the session is
+    // ended and the command keeps running: the caller kills it. Errors: the connection broke or
+    // the driver ended before the trailers (errc::connection_closed), or a malformed trailer.
+    boost::asio::awaitable<Result<ShellRun>> run(std::string trailer_marker, std::string request, std::size_t cap,
+                                                 std::optional<std::chrono::steady_clock::duration> timeout);
+
+    const DriverHello& driver() const;
+    const std::string& token() const;  // the last argument of the driver's command line
+    // Open, not ending, no command in flight, and nothing arrived between commands.
+    bool reusable() const;
+    // Ends the session: the driver gets end of input and exits once its command (if any) is
+    // done; on v4, which cannot close stdin, the connection is cut.
+    void end();
+
+private:
+    std::shared_ptr<Private> state_;
+};
+
+}  // namespace kubesandbox::sandbox

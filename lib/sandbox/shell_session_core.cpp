@@ -1,0 +1,164 @@
+#include "sandbox/shell_session_core.hpp"
+
+#include "util/large_string.hpp"
+
+#include <charconv>
+#include <climits>
+
+namespace kubesandbox::sandbox {
+
+namespace {
+
+// Reads a request at a time: a line with the marker, the script's lines each after a '+' (a last
+// line without a newline after a '-'), and '.' + marker. The script runs in a fresh `SHELL -c`
+// (its own state; `exit` ends only it) with no input; then the trailers. `read` takes a pipe a
+// byte at a time, so nothing past the request is consumed. $1 is the shell, $2 is 1 to start
+// each command in a process group of its own (`setsid`, when there is one: a program image more
+// per command), $3 the session's token, which the kill script looks for. Otherwise commands share
+// the driver's group, so the driver catches the signals a command may send its own group
+// (`kill 0`): caught, not ignored, so the commands start with them at their defaults. The
+// variables are prefixed so that none can be one the environment exported. The driver's own
+// stderr is /dev/null (a shell reports a child killed by a signal there, "Terminated", which an
+// exec of its own would not print); the commands' stderr is fd 3, closed for them. Their
+// redirections are made in the subshell: dash makes a command's own in the parent, for as long
+// as it waits, and would report there.
+constexpr std::string_view driver_script = R"SH(exec 3>&2 2>/dev/null
+read -r _ _ _ _ _ksb_g _ < /proc/$$/stat || _ksb_g=0
+_ksb_own=
+if [ "$2" = 1 ] && command -v setsid >/dev/null 2>&1; then _ksb_own=setsid; else trap : HUP INT QUIT TERM USR1 USR2 ALRM; fi
+printf 'KSB1 %s %s %s\n' "$$" "$_ksb_g" "${_ksb_own:+1}"
+_ksb_nl='
+'
+while IFS= read -r _ksb_m; do
+  _ksb_c=
+  while IFS= read -r _ksb_l; do
+    case $_ksb_l in
+      +*) _ksb_c="$_ksb_c${_ksb_l#+}$_ksb_nl" ;;
+      -*) _ksb_c="$_ksb_c${_ksb_l#-}" ;;
+      *) break ;;
+    esac
+  done
+  [ "$_ksb_l" = ".$_ksb_m" ] || exit 3
+  ( exec $_ksb_own "$1" -c "$_ksb_c" </dev/null 2>&3 3>&- )
+  _ksb_r=$?
+  printf '%s %d\n' "$_ksb_m" "$_ksb_r"
+  printf '%s\n' "$_ksb_m" >&3
+done
+)SH";
+
+bool parse_long(std::string_view s, long& out) {
+    if (s.empty()) return false;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && end == s.data() + s.size();
+}
+
+}  // namespace
+
+std::string_view shell_session_driver() { return driver_script; }
+
+std::string encode_shell_request(std::string_view marker, std::string_view script) {
+    std::string out;
+    out.reserve(marker.size() * 2 + script.size() + 16);
+    out.append(marker).push_back('\n');
+    while (!script.empty()) {
+        const std::size_t eol = script.find('\n');
+        // '+': the line had a newline; '-': the last one, which had none.
+        out.push_back(eol == std::string_view::npos ? '-' : '+');
+        out.append(script.substr(0, eol)).push_back('\n');
+        if (eol == std::string_view::npos) break;
+        script.remove_prefix(eol + 1);
+    }
+    out.push_back('.');
+    out.append(marker).push_back('\n');
+    return out;
+}
+
+std::optional<DriverHello> parse_driver_hello(std::string_view line) {
+    constexpr std::string_view tag = "KSB1 ";
+    if (line.substr(0, tag.size()) != tag) return std::nullopt;
+    line.remove_prefix(tag.size());
+    // "PID PGID GROUPS", GROUPS "1" or empty.
+    const std::size_t first = line.find(' ');
+    if (first == std::string_view::npos) return std::nullopt;
+    const std::size_t second = line.find(' ', first + 1);
+    if (second == std::string_view::npos) return std::nullopt;
+    DriverHello hello;
+    if (!parse_long(line.substr(0, first), hello.pid) ||
+        !parse_long(line.substr(first + 1, second - first - 1), hello.process_group))
+        return std::nullopt;
+    const std::string_view groups = line.substr(second + 1);
+    if (hello.pid <= 0 || (groups != "" && groups != "1")) return std::nullopt;
+    hello.own_groups = groups == "1";
+    return hello;
+}
+
+void TrailerScanner::emit(std::string_view bytes, std::string& out, std::size_t cap, bool& truncated) {
+    if (bytes.empty()) return;
+    if (out.size() >= cap) {
+        truncated = true;
+        return;
+    }
+    const std::size_t room = cap - out.size();
+    if (bytes.size() > room) {
+        truncated = true;
+        bytes = bytes.substr(0, room);
+    }
+    util::append_large(out, bytes);
+}
+
+bool TrailerScanner::feed(std::string_view piece, std::string& out, std::size_t cap, bool& truncated) {
+    if (done_) {
+        if (!piece.empty()) stray_ = true;
+        return true;
+    }
+    if (held_.empty()) return scan(piece, out, cap, truncated);
+    std::string joined = std::move(held_);
+    held_.clear();
+    joined.append(piece);
+    return scan(joined, out, cap, truncated);
+}
+
+bool TrailerScanner::scan(std::string_view s, std::string& out, std::size_t cap, bool& truncated) {
+    const std::size_t at = s.find(marker_);
+    if (at == std::string_view::npos) {
+        // Hold back the longest end of `s` that could begin the marker.
+        std::size_t keep = std::min(s.size(), marker_.size() - 1);
+        while (keep > 0 && s.substr(s.size() - keep) != std::string_view(marker_).substr(0, keep)) --keep;
+        emit(s.substr(0, s.size() - keep), out, cap, truncated);
+        held_.assign(s.substr(s.size() - keep));
+        return true;
+    }
+    emit(s.substr(0, at), out, cap, truncated);
+    std::string_view rest = s.substr(at + marker_.size());
+    if (kind_ == Kind::stderr_bare) {
+        if (rest.empty()) {
+            held_.assign(marker_);
+            return true;
+        }
+        if (rest.front() != '\n') return false;
+        done_ = true;
+        stray_ = rest.size() > 1;
+        status_ = 0;
+        return true;
+    }
+    // " STATUS\n", STATUS 1 to 10 digits: held back until the newline, refused as soon as what
+    // came cannot begin one (the same verdict however the stream was cut).
+    const std::size_t eol = rest.find('\n');
+    const std::string_view head = rest.substr(0, eol);
+    const bool digits_only = head.size() <= 11 && (head.empty() || head.front() == ' ') &&
+                             head.substr(std::min<std::size_t>(1, head.size())).find_first_not_of("0123456789") ==
+                                 std::string_view::npos;
+    if (!digits_only) return false;
+    if (eol == std::string_view::npos) {
+        held_.assign(s.substr(at));
+        return true;
+    }
+    long status = 0;
+    if (head.size() < 2 || !parse_long(head.substr(1), status) || status > INT_MAX) return false;
+    done_ = true;
+    status_ = static_cast<int>(status);
+    stray_ = rest.size() > eol + 1;
+    return true;
+}
+
+}  // namespace kubesandbox::sandbox

@@ -1,0 +1,65 @@
+// The sans-IO half of a shell session: one long-lived exec of a small driver script that runs
+// the commands it reads on stdin one after the other, each in a fresh `sh -c`, and ends each
+// command's output with a trailer carrying a marker only the client knows. Internal.
+//
+// Wire format (stdin): a line holding the marker, then each line of the script prefixed with
+// '+' (a last line without a newline with '-'), then '.' + marker. The driver answers on stdout
+// with "KSB1 PID PGID GROUPS\n" once at start (GROUPS "1" when each command gets a process group
+// of its own, else empty), then after each command "MARKER STATUS\n" on stdout and "MARKER\n" on
+// stderr.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kubesandbox::sandbox {
+
+// The driver, run as `SHELL -c DRIVER sh SHELL OWN_GROUPS TOKEN` (OWN_GROUPS "1" or "0").
+std::string_view shell_session_driver();
+
+// The request that makes the driver run `script`. `marker` is letters and digits only; `script`
+// holds no NUL.
+std::string encode_shell_request(std::string_view marker, std::string_view script);
+
+struct DriverHello {
+    long pid{};
+    long process_group{};
+    bool own_groups{};  // each command leads a process group of its own (setsid)
+    bool leads_group() const { return pid > 0 && pid == process_group; }
+};
+
+// Parses the driver's first line (without its newline); nullopt when it is not one.
+std::optional<DriverHello> parse_driver_hello(std::string_view line);
+
+// Finds the end of one command's output in one stream. Feed the stream's pieces in order: each
+// call appends the command's own bytes to `out` (up to `cap`, setting `truncated` past it) and
+// holds back only what might be the start of the trailer.
+class TrailerScanner {
+public:
+    enum class Kind { stdout_with_status, stderr_bare };
+    TrailerScanner(std::string marker, Kind kind) : marker_(std::move(marker)), kind_(kind) {}
+
+    // Returns false on a malformed trailer (the marker followed by something else).
+    bool feed(std::string_view piece, std::string& out, std::size_t cap, bool& truncated);
+
+    bool done() const { return done_; }
+    int status() const { return status_; }
+    // Bytes that came after the trailer: output of something the command left running.
+    bool stray() const { return stray_; }
+
+private:
+    void emit(std::string_view bytes, std::string& out, std::size_t cap, bool& truncated);
+    // Handles `s` (held-back bytes and the new piece); returns false on a malformed trailer.
+    bool scan(std::string_view s, std::string& out, std::size_t cap, bool& truncated);
+
+    std::string marker_;
+    Kind kind_;
+    std::string held_;
+    bool done_{};
+    bool stray_{};
+    int status_{-1};
+};
+
+}  // namespace kubesandbox::sandbox

@@ -1,0 +1,143 @@
+// SandboxTest, execute() through shell sessions: one session serves a run of commands, each in a
+// fresh shell; a timeout kills the command's processes but not what earlier commands left
+// running; output between commands retires a session; a session that ends leaves background
+// processes alone, as an exec of its own would (sandbox_fixture.hpp).
+#include "sandbox_fixture.hpp"
+
+namespace {
+using namespace kubesandbox;
+using namespace kubesandbox::test::sandbox;
+using kubesandbox::test::sleep_for;
+
+// How many processes match `pattern` (a grep -E pattern) in the sandbox.
+asio::awaitable<std::string> count_processes(Sandbox& s, const std::string& pattern) {
+    auto ps = co_await s.execute("ps | grep -E '" + pattern + "' | grep -v grep | wc -l");
+    co_return ps ? ps->output : "?";
+}
+
+// Kills the processes matching `pattern` (a grep -E pattern) in the sandbox.
+asio::awaitable<void> kill_processes(Sandbox& s, const std::string& pattern) {
+    co_await s.execute("kill -9 $(ps | grep -E '" + pattern + "' | grep -v grep | awk '{print $1}') 2>/dev/null; true");
+}
+
+TEST_F(SandboxTest, ExecutesShareOneSessionAndEachGetsAFreshShell) {
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
+        auto first = co_await s.execute("cd /; X=1; export Y=2; echo out; echo err >&2; exit 3");
+        EXPECT_TRUE(first && first->output == "out\n\nerr\n" && first->exit_code == 3);
+        for (int i = 0; i < 20; ++i) {
+            auto r = co_await s.execute("pwd; echo \"${X-unset} ${Y-unset}\"; printf %s " + std::to_string(i));
+            EXPECT_TRUE(r.has_value());
+            if (r) {
+                EXPECT_EQ(r->output, "/workspace\nunset unset\n" + std::to_string(i));
+            }
+        }
+        EXPECT_EQ(s.shell_sessions_opened(), 1u);
+        // The cap and the composition are those of an exec of its own.
+        auto big = co_await s.execute("head -c 3000000 /dev/zero | tr '\\0' x; echo tail >&2");
+        EXPECT_TRUE(big && big->truncated && big->output.size() == s.options().max_output_bytes);
+        auto after = co_await s.execute("echo still");
+        EXPECT_TRUE(after && after->output == "still\n");
+        EXPECT_EQ(s.shell_sessions_opened(), 1u);
+    });
+}
+
+TEST_F(SandboxTest, ATimeoutSparesWhatEarlierCommandsLeftRunning) {
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
+        auto started =
+            co_await s.execute("sleep 391 >/dev/null 2>&1 & (env -i sleep 392 >/dev/null 2>&1 &); echo started");
+        EXPECT_TRUE(started && started->output == "started\n");
+        // Same session (its driver's process group holds sleep 391 and 392 too).
+        auto r = co_await s.execute("(env -i sleep 393 &); env -i sleep 394", std::chrono::seconds(1));
+        EXPECT_TRUE(r && r->exit_code == 124);
+        EXPECT_EQ(s.shell_sessions_opened(), 1u);
+        EXPECT_EQ(co_await processes_left(s, "sleep 39[34]"), "") << "survived the timeout";
+        EXPECT_EQ(co_await count_processes(s, "sleep 39[12]"), "2\n") << "an earlier command's process was killed";
+        co_await kill_processes(s, "sleep 39[12]");
+    });
+}
+
+// Both ways of placing a command's processes: in the driver's group (the default) and in a group
+// of the command's own. A timeout kills all the command started, hidden ones included, and nothing
+// an earlier command left running; `kill 0` ends the command and not the session.
+TEST_F(SandboxTest, ProcessGroupsSharedOrOwnKeepTheKillGuarantees) {
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
+        for (bool own : {false, true}) {
+            PodExecSandboxOptions o = s.options();
+            o.shell_session_process_groups = own;
+            PodExecSandbox sb(client(), s.namespace_name(), s.pod_name(), o);
+            auto started = co_await sb.execute("sleep 381 >/dev/null 2>&1 & (env -i sleep 382 >/dev/null 2>&1 &)");
+            EXPECT_TRUE(started && started->exit_code == 0);
+            auto r =
+                co_await sb.execute("setsid sleep 383 & env -i sleep 384 & (env -i sleep 385 &); sleep 386; echo never",
+                                    std::chrono::seconds(1));
+            EXPECT_TRUE(r && r->exit_code == 124) << own;
+            EXPECT_EQ(co_await processes_left(s, "sleep 38[3-6]"), "") << "survived the timeout, own groups " << own;
+            EXPECT_EQ(co_await count_processes(s, "sleep 38[12]"), "2\n") << "own groups " << own;
+            // The session that timed out was ended; in the next one, `kill 0` ends the command and,
+            // with a shared group, what earlier commands of that session left running.
+            auto more = co_await sb.execute("sleep 387 >/dev/null 2>&1 & echo started");
+            EXPECT_TRUE(more && more->output == "started\n");
+            auto group = co_await sb.execute("kill 0; echo never");
+            EXPECT_TRUE(group && group->exit_code == 143 && group->output.empty())
+                << own << " " << (group ? group->output + " " + std::to_string(group->exit_code.value_or(-1)) : group.error().describe());
+            EXPECT_EQ(co_await count_processes(s, "sleep 387"), own ? "1\n" : "0\n") << own;
+            auto leads = co_await sb.execute("read -r _ _ _ _ g _ < /proc/$$/stat; [ \"$g\" = $$ ] && echo leads");
+            EXPECT_TRUE(leads && leads->output == (own ? "leads\n" : "")) << own;
+            EXPECT_EQ(sb.shell_sessions_opened(), 2u) << "one until the timeout, one after it; own groups " << own;
+            co_await kill_processes(s, "sleep 38[127]");
+        }
+    });
+}
+
+TEST_F(SandboxTest, OutputBetweenCommandsRetiresTheSession) {
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
+        auto r = co_await s.execute("(sleep 0.3; echo late) & echo now");
+        EXPECT_TRUE(r && r->output == "now\n");
+        co_await sleep_for(1s);
+        auto next = co_await s.execute("echo next");
+        EXPECT_TRUE(next && next->output == "next\n") << (next ? next->output : next.error().describe());
+        EXPECT_EQ(s.shell_sessions_opened(), 2u);
+    });
+}
+
+TEST_F(SandboxTest, ASessionThatEndsLeavesBackgroundProcessesRunning) {
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
+        {
+            PodExecSandbox other(client(), s.namespace_name(), s.pod_name(), s.options());
+            auto r = co_await other.execute("sleep 395 >/dev/null 2>&1 & echo ok");
+            EXPECT_TRUE(r && r->output == "ok\n");
+            EXPECT_EQ(other.shell_sessions_opened(), 1u);
+        }
+        co_await sleep_for(500ms);
+        EXPECT_EQ(co_await count_processes(s, "sleep 395"), "1\n") << "ending the session killed it";
+        co_await kill_processes(s, "sleep 395");
+        // No sessions: each command is an exec of its own, with the same results.
+        PodExecSandboxOptions none = s.options();
+        none.idle_shell_sessions = 0;
+        PodExecSandbox plain(client(), s.namespace_name(), s.pod_name(), none);
+        auto p = co_await plain.execute("echo a; echo b >&2; exit 4");
+        EXPECT_TRUE(p && p->output == "a\n\nb\n" && p->exit_code == 4);
+        EXPECT_EQ(plain.shell_sessions_opened(), 0u);
+    });
+}
+
+TEST_F(SandboxTest, AnIdleSessionEndsItselfAfterTheIdleLimit) {
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
+        PodExecSandboxOptions brief = s.options();
+        brief.shell_session_idle_limit = std::chrono::seconds(1);
+        PodExecSandbox other(client(), s.namespace_name(), s.pod_name(), brief);
+        EXPECT_TRUE(co_await other.execute("true"));
+        // Drivers in the pod: `s`'s own (running this ps) and `other`'s.
+        const std::string drivers = "ps | grep -c '[K]SB1'";
+        auto both = co_await s.execute(drivers);
+        EXPECT_TRUE(both && both->output == "2\n") << (both ? both->output : both.error().describe());
+        co_await sleep_for(2500ms);
+        auto one = co_await s.execute(drivers);
+        EXPECT_TRUE(one && one->output == "1\n") << (one ? one->output : one.error().describe());
+        auto again = co_await other.execute("echo again");
+        EXPECT_TRUE(again && again->output == "again\n");
+        EXPECT_EQ(other.shell_sessions_opened(), 2u);
+    });
+}
+
+}  // namespace

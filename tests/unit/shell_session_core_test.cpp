@@ -1,0 +1,128 @@
+// The shell session's wire format: requests, the driver's greeting, trailers found in output cut
+// at every byte.
+#include "sandbox/shell_session_core.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+using kubesandbox::sandbox::encode_shell_request;
+using kubesandbox::sandbox::parse_driver_hello;
+using kubesandbox::sandbox::TrailerScanner;
+
+const std::string marker = "0123456789abcdef0123456789abcdef";
+
+TEST(ShellSessionCore, RequestPrefixesEveryLineAndEndsWithTheMarker) {
+    EXPECT_EQ(encode_shell_request("m1", "echo a\n\necho 'b\\'\n"), "m1\n+echo a\n+\n+echo 'b\\'\n.m1\n");
+    // A last line without its newline is marked as such, so none is added.
+    EXPECT_EQ(encode_shell_request("m1", "x"), "m1\n-x\n.m1\n");
+    EXPECT_EQ(encode_shell_request("m1", "a\nb\\"), "m1\n+a\n-b\\\n.m1\n");
+    EXPECT_EQ(encode_shell_request("m1", ""), "m1\n.m1\n");
+    // A line that looks like the terminator is still a script line.
+    EXPECT_EQ(encode_shell_request("m1", ".m1"), "m1\n-.m1\n.m1\n");
+}
+
+TEST(ShellSessionCore, GreetingGivesThePidAndGroup) {
+    auto hello = parse_driver_hello("KSB1 42 42 ");
+    ASSERT_TRUE(hello);
+    EXPECT_EQ(hello->pid, 42);
+    EXPECT_TRUE(hello->leads_group());
+    EXPECT_FALSE(hello->own_groups);
+    auto member = parse_driver_hello("KSB1 42 7 1");
+    ASSERT_TRUE(member);
+    EXPECT_FALSE(member->leads_group());
+    EXPECT_TRUE(member->own_groups);
+    for (const char* bad : {"", "KSB1", "KSB1 42", "KSB1 42 42", "KSB1 x 1 ", "KSB1 0 0 ", "KSB1 -3 -3 ", "KSB2 1 1 ",
+                            "KSB1 1 1 2", "KSB1 1 1 1 "})
+        EXPECT_FALSE(parse_driver_hello(bad)) << bad;
+}
+
+struct Scanned {
+    std::string out;
+    bool truncated{};
+    bool ok{true};
+    bool done{};
+    bool stray{};
+    int status{-1};
+};
+
+Scanned scan_in_pieces(const std::string& stream, TrailerScanner::Kind kind, std::vector<std::size_t> cuts,
+                       std::size_t cap = SIZE_MAX) {
+    TrailerScanner scanner(marker, kind);
+    Scanned r;
+    std::size_t from = 0;
+    cuts.push_back(stream.size());
+    for (std::size_t cut : cuts) {
+        r.ok = r.ok && scanner.feed(std::string_view(stream).substr(from, cut - from), r.out, cap, r.truncated);
+        from = cut;
+    }
+    r.done = scanner.done();
+    r.stray = scanner.stray();
+    r.status = scanner.status();
+    return r;
+}
+
+TEST(ShellSessionCore, TrailerIsFoundWhereverThePiecesAreCut) {
+    // Output that contains pieces of the marker but not the marker itself.
+    const std::string output = std::string("out ") + marker.substr(0, 20) + " \n" + marker.substr(0, 31) + "x";
+    const std::string stream = output + marker + " 17\n";
+    for (std::size_t a = 0; a <= stream.size(); ++a) {
+        for (std::size_t b = a; b <= stream.size(); b += 7) {
+            auto r = scan_in_pieces(stream, TrailerScanner::Kind::stdout_with_status, {a, b});
+            ASSERT_TRUE(r.ok) << a << "," << b;
+            ASSERT_TRUE(r.done) << a << "," << b;
+            ASSERT_EQ(r.out, output) << a << "," << b;
+            ASSERT_EQ(r.status, 17);
+            ASSERT_FALSE(r.stray);
+        }
+    }
+    const std::string err = std::string("warn\n") + marker + "\n";
+    for (std::size_t a = 0; a <= err.size(); ++a) {
+        auto r = scan_in_pieces(err, TrailerScanner::Kind::stderr_bare, {a});
+        ASSERT_TRUE(r.ok && r.done) << a;
+        ASSERT_EQ(r.out, "warn\n");
+    }
+}
+
+TEST(ShellSessionCore, UnfinishedStreamsHoldBackOnlyWhatMayBeTheTrailer) {
+    auto r = scan_in_pieces("abc" + marker.substr(0, 5), TrailerScanner::Kind::stdout_with_status, {});
+    EXPECT_TRUE(r.ok);
+    EXPECT_FALSE(r.done);
+    EXPECT_EQ(r.out, "abc");
+    auto waiting = scan_in_pieces("abc" + marker + " 12", TrailerScanner::Kind::stdout_with_status, {});
+    EXPECT_TRUE(waiting.ok);
+    EXPECT_FALSE(waiting.done);
+    EXPECT_EQ(waiting.out, "abc");
+}
+
+TEST(ShellSessionCore, CapTruncatesAndStillFindsTheTrailer) {
+    const std::string stream = std::string(100, 'x') + marker + " 0\n";
+    auto r = scan_in_pieces(stream, TrailerScanner::Kind::stdout_with_status, {10, 50}, 30);
+    EXPECT_TRUE(r.ok && r.done);
+    EXPECT_EQ(r.out, std::string(30, 'x'));
+    EXPECT_TRUE(r.truncated);
+    EXPECT_EQ(r.status, 0);
+}
+
+TEST(ShellSessionCore, MalformedTrailersAndStrayBytesAreReported) {
+    EXPECT_FALSE(scan_in_pieces(marker + " x\n", TrailerScanner::Kind::stdout_with_status, {}).ok);
+    EXPECT_FALSE(scan_in_pieces(marker + "\n", TrailerScanner::Kind::stdout_with_status, {}).ok);
+    EXPECT_FALSE(scan_in_pieces(marker + " " + std::string(40, '1'), TrailerScanner::Kind::stdout_with_status, {}).ok);
+    EXPECT_FALSE(scan_in_pieces(marker + "x", TrailerScanner::Kind::stderr_bare, {}).ok);
+    auto stray = scan_in_pieces(marker + " 0\nlate", TrailerScanner::Kind::stdout_with_status, {});
+    EXPECT_TRUE(stray.ok && stray.done && stray.stray);
+    auto later = scan_in_pieces(marker + "\n", TrailerScanner::Kind::stderr_bare, {marker.size() + 1});
+    EXPECT_TRUE(later.done && !later.stray);
+    TrailerScanner done(marker, TrailerScanner::Kind::stderr_bare);
+    std::string out;
+    bool truncated = false;
+    EXPECT_TRUE(done.feed(marker + "\n", out, SIZE_MAX, truncated));
+    EXPECT_TRUE(done.feed("more", out, SIZE_MAX, truncated));
+    EXPECT_TRUE(done.stray());
+    EXPECT_TRUE(out.empty());
+}
+
+}  // namespace
