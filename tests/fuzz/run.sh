@@ -19,7 +19,8 @@ rm -f "$obj_dir/failed"
 objs=()
 for src in "$root"/lib/error.cpp "$root"/lib/util/boost_assert.cpp "$root"/lib/proto/*.cpp "$root"/lib/local/spdy.cpp "$root"/lib/files/text.cpp \
            "$root"/lib/util/json_access.cpp "$root"/lib/connection/http1.cpp "$root"/lib/connection/gateway_address.cpp \
-           "$root"/lib/sandbox/runtime_protocol.cpp; do
+           "$root"/lib/sandbox/runtime_protocol.cpp "$root"/lib/sandbox/shell_session_core.cpp \
+           "$root"/lib/util/large_string.cpp; do
   obj="$obj_dir/$(basename "$src" .cpp).o"
   # Always compiled (a header change is not seen by comparing the .cpp alone); an object is only
   # kept when its compile succeeded, and a failure is recorded for after the wait.
