@@ -27,11 +27,13 @@ struct PodExecSandboxOptions {
     // execute() runs its commands through shell sessions: execs of a small shell that stay open
     // and run one command at a time, each in a fresh `sh -c` with the same environment,
     // working directory and kill-on-timeout as an exec of its own. A command then costs one
-    // message each way instead of a connection, an upgrade and a process start. Up to this many
-    // stay open per sandbox between calls, none longer than `shell_session_idle_limit`; 0 gives
-    // every command an exec of its own. Output written by a command's background processes after
-    // it returned may show up in a later command's output; a session that receives any between
-    // commands is not used again.
+    // message each way instead of a connection, an upgrade and a process start. A sandbox has up
+    // to this many sessions (a command that finds them all busy gets an exec of its own), none
+    // kept idle longer than `shell_session_idle_limit`; 0 gives every command an exec of its own.
+    // Output written by a command's background processes after it returned may show up in a
+    // later command's output; a session that receives any between commands is not used again.
+    // The commands of a session share its stdout and stderr: one that leaves them non-blocking
+    // leaves them so for the next.
     std::size_t idle_shell_sessions{2};
     std::chrono::seconds shell_session_idle_limit{60};
     // In a session, commands share the session shell's process group (a timeout still kills all a

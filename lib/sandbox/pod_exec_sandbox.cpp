@@ -249,7 +249,8 @@ struct PodExecSandbox::Internals {
     }
 
     // execute() through a shell session; the same outcomes and clean-up as run_marked. nullopt:
-    // this image cannot run the session's driver, run the command in an exec of its own.
+    // run the command in an exec of its own (the sessions are busy, or this image cannot run the
+    // session's driver).
     static asio::awaitable<std::optional<Result<kube::ExecOutcome>>> run_in_session(PodExecSandbox& self,
                                                                                     const std::string& command,
                                                                                     std::chrono::seconds limit) {
@@ -269,19 +270,28 @@ struct PodExecSandbox::Internals {
                 }
                 co_return fail(acquired.error());
             }
-            std::shared_ptr<sandbox::ShellSession> session = std::move(*acquired);
-            if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none) {
-                pool.release(std::move(session));
+            // All the sessions are busy: this command gets an exec of its own.
+            if (!*acquired) co_return std::nullopt;
+            // However this call ends, the session goes back to the pool (which keeps it only if
+            // it is clean).
+            struct Lease {
+                sandbox::ShellSessionPool& pool;
+                std::shared_ptr<sandbox::ShellSession> session;
+                ~Lease() {
+                    if (session) pool.release(std::move(session));
+                }
+            } lease{pool, std::move(*acquired)};
+            sandbox::ShellSession& session = *lease.session;
+            if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
                 co_return fail(errc::cancelled, "execute in " + self.id_ + " was cancelled before its command started");
-            }
-            const sandbox::DriverHello driver = session->driver();
-            const std::string token = session->token();
+            const sandbox::DriverHello driver = session.driver();
+            const std::string token = session.token();
             // The trailer's marker is never shown to the command (its input is /dev/null).
             std::string trailer = util::random_hex(16);
             std::string request =
                 sandbox::encode_shell_request(trailer, launch_shell_argv(self, marker, command).at(2));
             auto ran =
-                co_await session->run(std::move(trailer), std::move(request), self.options_.max_output_bytes, timeout);
+                co_await session.run(std::move(trailer), std::move(request), self.options_.max_output_bytes, timeout);
             // The session ended between its check and the command (its idle timer): nothing ran.
             if (ran && ran->not_sent && attempt == 0) continue;
             if (ran && ran->not_sent)
@@ -309,7 +319,7 @@ struct PodExecSandbox::Internals {
                 co_await kill_marked(self, marker, driver, token);
                 co_return std::move(outcome);
             }
-            pool.release(std::move(session));
+            pool.release(std::move(lease.session));
             if (!outcome.exit_code || *outcome.exit_code >= 128) {
                 if (auto gone = co_await gone_error(self)) co_return fail(std::move(*gone));
             }

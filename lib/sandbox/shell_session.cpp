@@ -321,8 +321,8 @@ asio::awaitable<Result<ShellRun>> ShellSession::run(std::string trailer_marker, 
 }
 
 ShellSessionPool::ShellSessionPool(std::shared_ptr<KubeClient::Impl> client, kube::ExecTarget driver,
-                                   std::size_t max_idle, Clock::duration idle_limit)
-    : client_(std::move(client)), driver_(std::move(driver)), max_idle_(max_idle), idle_limit_(idle_limit) {}
+                                   std::size_t max_sessions, Clock::duration idle_limit)
+    : client_(std::move(client)), driver_(std::move(driver)), max_sessions_(max_sessions), idle_limit_(idle_limit) {}
 
 ShellSessionPool::~ShellSessionPool() = default;  // each idle session ends in its destructor
 
@@ -342,17 +342,27 @@ asio::awaitable<Result<std::shared_ptr<ShellSession>>> ShellSessionPool::acquire
             }
             stale.push_back(std::move(last));
         }
+        // All the sessions this sandbox keeps are busy: the caller runs its command in an exec
+        // of its own rather than start (and soon end) one more shell.
+        if (!found && in_use_ >= max_sessions_) co_return std::shared_ptr<ShellSession>();
+        ++in_use_;
         if (!found) ++opened_;
     }
     stale.clear();
     if (found) co_return found;
-    co_return co_await ShellSession::open(client_, driver_, idle_limit_);
+    auto opened = co_await ShellSession::open(client_, driver_, idle_limit_);
+    if (!opened) {
+        std::lock_guard lock(mutex_);
+        --in_use_;
+    }
+    co_return opened;
 }
 
 void ShellSessionPool::release(std::shared_ptr<ShellSession> session) {
-    if (!session->reusable()) return;  // ended by its destructor
     std::lock_guard lock(mutex_);
-    if (idle_.size() >= max_idle_) return;
+    --in_use_;
+    // Not kept: ended by its destructor (outside the lock, when `session` goes).
+    if (!session->reusable() || idle_.size() >= max_sessions_) return;
     idle_.push_back(Idle{std::move(session), Clock::now()});
 }
 

@@ -22,20 +22,21 @@ namespace kubesandbox::sandbox {
 
 class ShellSession;
 
-// The sessions of one sandbox: at most `max_idle` are kept between commands, none longer than
-// `idle_limit` (below the idle timeouts of load balancers in front of API servers). Sessions in
-// use are not counted: concurrent commands each get one.
+// The sessions of one sandbox: at most `max_sessions` at once, none kept idle longer than
+// `idle_limit` (below the idle timeouts of load balancers in front of API servers). A command
+// that finds them all busy runs in an exec of its own.
 class ShellSessionPool {
 public:
-    ShellSessionPool(std::shared_ptr<KubeClient::Impl> client, kube::ExecTarget driver, std::size_t max_idle,
+    ShellSessionPool(std::shared_ptr<KubeClient::Impl> client, kube::ExecTarget driver, std::size_t max_sessions,
                      std::chrono::steady_clock::duration idle_limit);
     ~ShellSessionPool();  // idle sessions end gracefully (the driver sees end of input)
     ShellSessionPool(const ShellSessionPool&) = delete;
     ShellSessionPool& operator=(const ShellSessionPool&) = delete;
 
-    // An idle session, or a new one (an exec of the driver). Errors are those of the exec.
+    // An idle session, or a new one (an exec of the driver), or null when `max_sessions` are in
+    // use. Errors are those of the exec. Every session acquired goes back through release().
     boost::asio::awaitable<Result<std::shared_ptr<ShellSession>>> acquire();
-    // Back after a command: kept when clean and there is room, else ended.
+    // Back after a command (or its failure): kept when clean, else ended.
     void release(std::shared_ptr<ShellSession> session);
 
     std::size_t idle_count() const;
@@ -48,11 +49,12 @@ private:
     };
     std::shared_ptr<KubeClient::Impl> client_;
     kube::ExecTarget driver_;
-    std::size_t max_idle_;
+    std::size_t max_sessions_;
     std::chrono::steady_clock::duration idle_limit_;
     mutable std::mutex mutex_;
     std::vector<Idle> idle_;
     std::size_t opened_{};
+    std::size_t in_use_{};
 };
 
 // What one command in a session produced.

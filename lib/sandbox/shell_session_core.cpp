@@ -145,9 +145,9 @@ bool TrailerScanner::scan(std::string_view s, std::string& out, std::size_t cap,
     // came cannot begin one (the same verdict however the stream was cut).
     const std::size_t eol = rest.find('\n');
     const std::string_view head = rest.substr(0, eol);
-    const bool digits_only = head.size() <= 11 && (head.empty() || head.front() == ' ') &&
-                             head.substr(std::min<std::size_t>(1, head.size())).find_first_not_of("0123456789") ==
-                                 std::string_view::npos;
+    const bool digits_only =
+        head.size() <= 11 && (head.empty() || head.front() == ' ') &&
+        head.substr(std::min<std::size_t>(1, head.size())).find_first_not_of("0123456789") == std::string_view::npos;
     if (!digits_only) return false;
     if (eol == std::string_view::npos) {
         held_.assign(s.substr(at));

@@ -79,13 +79,41 @@ TEST_F(SandboxTest, ProcessGroupsSharedOrOwnKeepTheKillGuarantees) {
             EXPECT_TRUE(more && more->output == "started\n");
             auto group = co_await sb.execute("kill 0; echo never");
             EXPECT_TRUE(group && group->exit_code == 143 && group->output.empty())
-                << own << " " << (group ? group->output + " " + std::to_string(group->exit_code.value_or(-1)) : group.error().describe());
+                << own << " "
+                << (group ? group->output + " " + std::to_string(group->exit_code.value_or(-1))
+                          : group.error().describe());
             EXPECT_EQ(co_await count_processes(s, "sleep 387"), own ? "1\n" : "0\n") << own;
             auto leads = co_await sb.execute("read -r _ _ _ _ g _ < /proc/$$/stat; [ \"$g\" = $$ ] && echo leads");
             EXPECT_TRUE(leads && leads->output == (own ? "leads\n" : "")) << own;
             EXPECT_EQ(sb.shell_sessions_opened(), 2u) << "one until the timeout, one after it; own groups " << own;
             co_await kill_processes(s, "sleep 38[127]");
         }
+    });
+}
+
+// A sandbox has at most idle_shell_sessions sessions: commands beyond them run in execs of their
+// own, at the same time, with the same results.
+TEST_F(SandboxTest, CommandsBeyondTheSessionsGetExecsOfTheirOwn) {
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
+        PodExecSandboxOptions o = s.options();
+        o.idle_shell_sessions = 1;
+        PodExecSandbox sb(client(), s.namespace_name(), s.pod_name(), o);
+        auto executor = co_await asio::this_coro::executor;
+        const auto start = std::chrono::steady_clock::now();
+        std::vector<std::string> outputs(4);
+        auto one = [&](int i) -> asio::awaitable<void> {
+            auto r =
+                co_await sb.execute("sleep 1; echo " + std::to_string(i) + "; echo e" + std::to_string(i) + " >&2");
+            outputs[i] = r ? r->output : r.error().describe();
+        };
+        using namespace asio::experimental::awaitable_operators;
+        co_await (asio::co_spawn(executor, one(0), asio::use_awaitable) &&
+                  asio::co_spawn(executor, one(1), asio::use_awaitable) &&
+                  asio::co_spawn(executor, one(2), asio::use_awaitable) &&
+                  asio::co_spawn(executor, one(3), asio::use_awaitable));
+        EXPECT_LT(std::chrono::steady_clock::now() - start, 3s) << "the commands did not run at the same time";
+        for (int i = 0; i < 4; ++i) EXPECT_EQ(outputs[i], std::to_string(i) + "\n\ne" + std::to_string(i) + "\n");
+        EXPECT_EQ(sb.shell_sessions_opened(), 1u);
     });
 }
 
