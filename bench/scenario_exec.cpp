@@ -133,9 +133,9 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
                     double c0 = thread_cpu();
                     auto r = co_await plain.execute("true", std::chrono::seconds(120));
                     if (!r || r->exit_code != 0) {
-                        failures.push_back("execute true, an exec each: " +
-                                           (r ? "exit " + std::to_string(r->exit_code.value_or(-1))
-                                              : r.error().describe()));
+                        failures.push_back(
+                            "execute true, an exec each: " +
+                            (r ? "exit " + std::to_string(r->exit_code.value_or(-1)) : r.error().describe()));
                         co_return;
                     }
                     if (i > 0) {
@@ -150,13 +150,13 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
                                " shell sessions for sequential calls (expected 1)");
         Row ours_again = our_rt;
         ours_again.variant = "PodExecSandbox::execute (same figures)";
-        Row each = latency_row("2 exec round trip `true`", "PodExecSandbox::execute, an exec each (sessions off)",
-                               walls);
+        Row each =
+            latency_row("2 exec round trip `true`", "PodExecSandbox::execute, an exec each (sessions off)", walls);
         compare_to_peer(ours_again, each, "an exec per command");
         rows.push_back(ours_again);
         rows.push_back(each);
-        rows.push_back(in_micros(latency_row("2 client CPU per execute",
-                                             "PodExecSandbox::execute, an exec each (sessions off)", cpus)));
+        rows.push_back(in_micros(
+            latency_row("2 client CPU per execute", "PodExecSandbox::execute, an exec each (sessions off)", cpus)));
     }
     if (env.kubectl) {
         auto argv = kubectl_exec_argv(ns, pod, {"true"});
