@@ -92,8 +92,10 @@ public:
     boost::asio::awaitable<Result<RunResponse>> run(std::vector<std::string> argv, std::string stdin_data,
                                                     std::optional<std::chrono::seconds> timeout, OutputSink sink);
 
-    // Shell sessions opened so far by execute() (for tests and benchmarks).
+    // Shell sessions opened so far by execute(), and those idle now that the next command could
+    // use (for tests and benchmarks).
     std::size_t shell_sessions_opened() const;
+    std::size_t shell_sessions_idle() const;
 
 private:
     struct Internals;

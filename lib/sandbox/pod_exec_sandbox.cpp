@@ -87,7 +87,9 @@ bool is_absolute_clean_path(std::string_view p) {
 }  // namespace
 
 struct PodExecSandbox::Sessions {
-    sandbox::ShellSessionPool pool;
+    // Shared with each call's lease, which may outlive the sandbox when a suspended call's frame
+    // is destroyed late (its io_context torn down after it).
+    std::shared_ptr<sandbox::ShellSessionPool> pool;
     std::atomic<bool> unusable{};  // the image cannot run the driver: an exec per command
 };
 
@@ -102,15 +104,17 @@ PodExecSandbox::PodExecSandbox(KubeClient client, std::string namespace_name, st
         std::vector<std::string> driver{
             options_.shell, "-c",           std::string(sandbox::shell_session_driver()),
             "sh",           options_.shell, options_.shell_session_process_groups ? "1" : "0"};
-        sessions_.reset(new Sessions{
-            sandbox::ShellSessionPool(KubeClientAccess::impl(client_), make_target(*this, std::move(driver), true),
-                                      options_.idle_shell_sessions, options_.shell_session_idle_limit)});
+        sessions_.reset(new Sessions{std::make_shared<sandbox::ShellSessionPool>(
+            KubeClientAccess::impl(client_), make_target(*this, std::move(driver), true), options_.idle_shell_sessions,
+            options_.shell_session_idle_limit)});
     }
 }
 
 PodExecSandbox::~PodExecSandbox() = default;
 
-std::size_t PodExecSandbox::shell_sessions_opened() const { return sessions_ ? sessions_->pool.opened_count() : 0; }
+std::size_t PodExecSandbox::shell_sessions_opened() const { return sessions_ ? sessions_->pool->opened_count() : 0; }
+
+std::size_t PodExecSandbox::shell_sessions_idle() const { return sessions_ ? sessions_->pool->reusable_count() : 0; }
 
 namespace {
 
@@ -254,7 +258,7 @@ struct PodExecSandbox::Internals {
     static asio::awaitable<std::optional<Result<kube::ExecOutcome>>> run_in_session(PodExecSandbox& self,
                                                                                     const std::string& command,
                                                                                     std::chrono::seconds limit) {
-        auto& pool = self.sessions_->pool;
+        auto& pool = *self.sessions_->pool;
         const std::string marker = util::random_hex(8);
         std::optional<std::chrono::steady_clock::duration> timeout;
         if (limit.count() > 0) timeout = limit;
@@ -275,12 +279,13 @@ struct PodExecSandbox::Internals {
             // However this call ends, the session goes back to the pool (which keeps it only if
             // it is clean).
             struct Lease {
-                sandbox::ShellSessionPool& pool;
+                std::shared_ptr<sandbox::ShellSessionPool> pool;
                 std::shared_ptr<sandbox::ShellSession> session;
-                ~Lease() {
-                    if (session) pool.release(std::move(session));
+                void give_back() {
+                    if (session) pool->release(std::move(session));
                 }
-            } lease{pool, std::move(*acquired)};
+                ~Lease() { give_back(); }
+            } lease{self.sessions_->pool, std::move(*acquired)};
             sandbox::ShellSession& session = *lease.session;
             if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
                 co_return fail(errc::cancelled, "execute in " + self.id_ + " was cancelled before its command started");
@@ -297,6 +302,9 @@ struct PodExecSandbox::Internals {
             if (ran && ran->not_sent)
                 co_return fail(errc::connection_closed, "no shell session could take the command");
             if (self.options_.on_activity) self.options_.on_activity();
+            // The session is not used again on the paths below but the last: it goes back now,
+            // so that the pool does not count it as busy while a kill or a check runs.
+            if (!ran || ran->cancelled || ran->outcome.timed_out) lease.give_back();
             if ((ran && ran->cancelled) ||
                 (co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none) {
                 asio::co_spawn(KubeClientAccess::impl(self.client_)->executor,
@@ -319,7 +327,7 @@ struct PodExecSandbox::Internals {
                 co_await kill_marked(self, marker, driver, token);
                 co_return std::move(outcome);
             }
-            pool.release(std::move(lease.session));
+            lease.give_back();
             if (!outcome.exit_code || *outcome.exit_code >= 128) {
                 if (auto gone = co_await gone_error(self)) co_return fail(std::move(*gone));
             }

@@ -350,11 +350,17 @@ asio::awaitable<Result<std::shared_ptr<ShellSession>>> ShellSessionPool::acquire
     }
     stale.clear();
     if (found) co_return found;
+    // The count goes back down unless a session comes out (an exception included).
+    struct Undo {
+        ShellSessionPool* pool;
+        ~Undo() {
+            if (!pool) return;
+            std::lock_guard lock(pool->mutex_);
+            --pool->in_use_;
+        }
+    } undo{this};
     auto opened = co_await ShellSession::open(client_, driver_, idle_limit_);
-    if (!opened) {
-        std::lock_guard lock(mutex_);
-        --in_use_;
-    }
+    if (opened) undo.pool = nullptr;
     co_return opened;
 }
 
@@ -369,6 +375,14 @@ void ShellSessionPool::release(std::shared_ptr<ShellSession> session) {
 std::size_t ShellSessionPool::idle_count() const {
     std::lock_guard lock(mutex_);
     return idle_.size();
+}
+
+std::size_t ShellSessionPool::reusable_count() const {
+    std::lock_guard lock(mutex_);
+    std::size_t n = 0;
+    for (const auto& idle : idle_)
+        if (idle.session->reusable()) ++n;
+    return n;
 }
 
 std::size_t ShellSessionPool::opened_count() const {

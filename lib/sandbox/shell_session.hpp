@@ -40,7 +40,8 @@ public:
     void release(std::shared_ptr<ShellSession> session);
 
     std::size_t idle_count() const;
-    std::size_t opened_count() const;  // sessions opened so far (for tests and benchmarks)
+    std::size_t reusable_count() const;  // idle sessions a command could use now
+    std::size_t opened_count() const;    // sessions opened so far (for tests and benchmarks)
 
 private:
     struct Idle {
