@@ -33,7 +33,8 @@ struct PodExecSandboxOptions {
     // Output written by a command's background processes after it returned may show up in a
     // later command's output; a session that receives any between commands is not used again.
     // The commands of a session share its stdout and stderr: one that leaves them non-blocking
-    // leaves them so for the next.
+    // leaves them so for the next. An idle session is two processes in the pod: the driver
+    // shell and the subshell it forked ahead for the next command.
     std::size_t idle_shell_sessions{2};
     std::chrono::seconds shell_session_idle_limit{60};
     // In a session, commands share the session shell's process group (a timeout still kills all a

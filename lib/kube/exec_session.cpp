@@ -54,19 +54,6 @@ std::string exec_request_target(const ExecTarget& t) {
 
 namespace {
 
-void add_capped(std::string& sink, std::string_view data, std::size_t cap, bool& truncated) {
-    if (sink.size() >= cap) {
-        if (!data.empty()) truncated = true;
-        return;
-    }
-    const std::size_t room = cap - sink.size();
-    if (data.size() > room) {
-        truncated = true;
-        data = data.substr(0, room);
-    }
-    util::append_large(sink, data);
-}
-
 struct Session {
     std::unique_ptr<WebSocket> ws;
     bool v5 = false;
@@ -136,10 +123,10 @@ asio::awaitable<ReadResult> read_loop(WebSocket& ws, ExecOutcome& out, std::stri
                 }
                 switch (frame->channel) {
                     case 1:
-                        add_capped(out.stdout_data, frame->payload, options.max_stdout, out.stdout_truncated);
+                        util::append_capped(out.stdout_data, frame->payload, options.max_stdout, out.stdout_truncated);
                         break;
                     case 2:
-                        add_capped(out.stderr_data, frame->payload, options.max_stderr, out.stderr_truncated);
+                        util::append_capped(out.stderr_data, frame->payload, options.max_stderr, out.stderr_truncated);
                         break;
                     case 3:
                         if (status.size() < 1024 * 1024) status.append(frame->payload);

@@ -291,12 +291,8 @@ struct PodExecSandbox::Internals {
                 co_return fail(errc::cancelled, "execute in " + self.id_ + " was cancelled before its command started");
             const sandbox::DriverHello driver = session.driver();
             const std::string token = session.token();
-            // The trailer's marker is never shown to the command (its input is /dev/null).
-            std::string trailer = util::random_hex(16);
-            std::string request =
-                sandbox::encode_shell_request(trailer, launch_shell_argv(self, marker, command).at(2));
-            auto ran =
-                co_await session.run(std::move(trailer), std::move(request), self.options_.max_output_bytes, timeout);
+            auto ran = co_await session.run(launch_shell_argv(self, marker, command).at(2),
+                                            self.options_.max_output_bytes, timeout);
             // The session ended between its check and the command (its idle timer): nothing ran.
             if (ran && ran->not_sent && attempt == 0) continue;
             if (ran && ran->not_sent)

@@ -52,7 +52,8 @@ exec "$@"
 // command's shell, and a child that leads a process group of its own is the command's group.
 // When $4 is 1 the command shares the driver's process group, as its processes would share an
 // exec's: the group's members are killed too, except those there before the command's shell
-// started (what earlier commands left running) and their descendants. Start times are in clock
+// started (what earlier commands left running; the driver forks that shell as the previous
+// command ends) and their descendants. Start times are in clock
 // ticks; within one tick the lower pid came first.
 inline constexpr const char* kill_script = R"SH(m="KUBESANDBOX_EXEC=$1"
 root=$2 rootgroup=

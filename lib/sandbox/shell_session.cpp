@@ -73,6 +73,9 @@ struct ShellSession::Private : std::enable_shared_from_this<ShellSession::Privat
     std::uint64_t idle_generation{};  // on the strand only: tells a stale expiry from the current one
     asio::steady_timer end_timer;
     std::string token;  // in the driver's argv: the kill script checks it is this session's driver
+    // Sent on stdin once, never shown to a command: the trailers are `marker`.N after command N.
+    std::string marker;
+    std::uint64_t commands{};  // on the strand only: commands sent so far
 
     void arm_idle_timer() {
         const std::uint64_t generation = ++idle_generation;
@@ -200,6 +203,7 @@ asio::awaitable<Result<std::shared_ptr<ShellSession>>> ShellSession::open(std::s
                                                                           Clock::duration idle_limit) {
     auto state = std::make_shared<Private>(client->executor, idle_limit);
     state->token = util::random_hex(8);
+    state->marker = util::random_hex(16);
     driver.command.push_back(state->token);
     auto op = [client, state, driver = std::move(driver)]() -> asio::awaitable<Result<std::shared_ptr<ShellSession>>> {
         co_await asio::this_coro::throw_if_cancelled(false);
@@ -208,6 +212,18 @@ asio::awaitable<Result<std::shared_ptr<ShellSession>>> ShellSession::open(std::s
         if (!opened) co_return fail(opened.error());
         state->v5 = opened->protocol == "v5.channel.k8s.io";
         state->ws = std::move(opened->ws);
+        // The session's marker goes out at once: the driver reads it after its greeting and
+        // then makes ready for the first command.
+        {
+            const std::string first = '\0' + state->marker + '\n';
+            auto [ec, written] = co_await state->ws->async_write(asio::buffer(first), use_tuple);
+            (void)written;
+            if (ec) {
+                state->open = false;
+                state->ws->next_layer().close();
+                co_return fail(errc::connection_closed, "the sandbox's shell session did not start: " + ec.message());
+            }
+        }
         // The driver's first line, within the client's request timeout.
         // The flags outlive this frame: a handler already queued may run after it.
         struct Watch {
@@ -270,10 +286,10 @@ asio::awaitable<Result<std::shared_ptr<ShellSession>>> ShellSession::open(std::s
     co_return co_await asio::co_spawn(state->strand, std::move(op), asio::use_awaitable);
 }
 
-asio::awaitable<Result<ShellRun>> ShellSession::run(std::string trailer_marker, std::string request, std::size_t cap,
+asio::awaitable<Result<ShellRun>> ShellSession::run(std::string_view script, std::size_t cap,
                                                     std::optional<Clock::duration> timeout) {
     auto state = state_;
-    auto op = [state, marker = std::move(trailer_marker), request = std::move(request), cap,
+    auto op = [state, request = encode_shell_request(script), cap,
                timeout]() mutable -> asio::awaitable<Result<ShellRun>> {
         co_await asio::this_coro::throw_if_cancelled(false);
         if (!state->open || state->current || state->ending) {
@@ -283,7 +299,7 @@ asio::awaitable<Result<ShellRun>> ShellSession::run(std::string trailer_marker, 
         }
         state->busy = true;
         state->disarm_idle_timer();
-        Command cmd(std::move(marker), cap, state->strand);
+        Command cmd(command_trailer(state->marker, ++state->commands), cap, state->strand);
         state->current = &cmd;
         cmd.wake.expires_after(timeout ? *timeout : Clock::duration::max());
         static constexpr char stdin_channel = 0;

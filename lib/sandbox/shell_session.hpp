@@ -77,11 +77,11 @@ public:
         std::shared_ptr<KubeClient::Impl> client, kube::ExecTarget driver,
         std::chrono::steady_clock::duration idle_limit);
 
-    // Sends `request` (encode_shell_request with `trailer_marker`) and collects the output up to
-    // `cap` per stream until both trailers. On a timeout or a cancelled caller the session is
+    // Sends `script` to the driver and collects the output up to `cap` per stream until both
+    // trailers. On a timeout or a cancelled caller the session is
     // ended and the command keeps running: the caller kills it. Errors: the connection broke or
     // the driver ended before the trailers (errc::connection_closed), or a malformed trailer.
-    boost::asio::awaitable<Result<ShellRun>> run(std::string trailer_marker, std::string request, std::size_t cap,
+    boost::asio::awaitable<Result<ShellRun>> run(std::string_view script, std::size_t cap,
                                                  std::optional<std::chrono::steady_clock::duration> timeout);
 
     const DriverHello& driver() const;

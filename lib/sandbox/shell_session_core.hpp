@@ -2,14 +2,15 @@
 // the commands it reads on stdin one after the other, each in a fresh `sh -c`, and ends each
 // command's output with a trailer carrying a marker only the client knows. Internal.
 //
-// Wire format (stdin): a line holding the marker, then each line of the script prefixed with
-// '+' (a last line without a newline with '-'), then '.' + marker. The driver answers on stdout
-// with "KSB1 PID PGID GROUPS\n" once at start (GROUPS "1" when each command gets a process group
-// of its own, else empty), then after each command "MARKER STATUS\n" on stdout and "MARKER\n" on
-// stderr.
+// Wire format (stdin): a line holding the session's marker, once; then per command each line of
+// the script prefixed with '+' (a last line without a newline with '-'), then a line ".". The
+// driver answers on stdout with "KSB1 PID PGID GROUPS\n" once at start (GROUPS "1" when each
+// command gets a process group of its own, else empty), then after the N-th command (from 1)
+// "MARKER.N STATUS\n" on stdout and "MARKER.N\n" on stderr.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,9 +20,12 @@ namespace kubesandbox::sandbox {
 // The driver, run as `SHELL -c DRIVER sh SHELL OWN_GROUPS TOKEN` (OWN_GROUPS "1" or "0").
 std::string_view shell_session_driver();
 
-// The request that makes the driver run `script`. `marker` is letters and digits only; `script`
-// holds no NUL.
-std::string encode_shell_request(std::string_view marker, std::string_view script);
+// The request that makes the driver run `script` (which holds no NUL).
+std::string encode_shell_request(std::string_view script);
+
+// The trailer's marker after the `command`-th command (from 1) of a session whose marker (letters
+// and digits only) is `session_marker`.
+std::string command_trailer(std::string_view session_marker, std::uint64_t command);
 
 struct DriverHello {
     long pid{};
@@ -50,7 +54,6 @@ public:
     bool stray() const { return stray_; }
 
 private:
-    void emit(std::string_view bytes, std::string& out, std::size_t cap, bool& truncated);
     // Handles `s` (held-back bytes and the new piece); returns false on a malformed trailer.
     bool scan(std::string_view s, std::string& out, std::size_t cap, bool& truncated);
 

@@ -33,4 +33,18 @@ void append_large(std::string& s, std::string_view data) {
     s.append(data);
 }
 
+void append_capped(std::string& s, std::string_view data, std::size_t cap, bool& truncated) {
+    if (data.empty()) return;
+    if (s.size() >= cap) {
+        truncated = true;
+        return;
+    }
+    const std::size_t room = cap - s.size();
+    if (data.size() > room) {
+        truncated = true;
+        data = data.substr(0, room);
+    }
+    append_large(s, data);
+}
+
 }  // namespace kubesandbox::util

@@ -12,4 +12,7 @@ namespace kubesandbox::util {
 
 void append_large(std::string& s, std::string_view data);
 
+// append_large up to `cap` bytes in `s` in all; sets `truncated` when bytes had to be left out.
+void append_capped(std::string& s, std::string_view data, std::size_t cap, bool& truncated);
+
 }  // namespace kubesandbox::util

@@ -7,14 +7,17 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 namespace {
 
+using kubesandbox::sandbox::command_trailer;
 using kubesandbox::sandbox::encode_shell_request;
 using kubesandbox::sandbox::parse_driver_hello;
 using kubesandbox::sandbox::TrailerScanner;
@@ -88,9 +91,11 @@ struct Ran {
     int status{-1};
 };
 
-Ran run_in(Driver& d, const std::string& m, const std::string& script) {
+// Runs the `n`-th command of the session whose marker is `session`.
+Ran run_in(Driver& d, const std::string& session, std::uint64_t n, const std::string& script) {
     Ran r;
-    EXPECT_TRUE(d.send(encode_shell_request(m, script)));
+    EXPECT_TRUE(d.send(encode_shell_request(script)));
+    const std::string m = command_trailer(session, n);
     TrailerScanner out(m, TrailerScanner::Kind::stdout_with_status), err(m, TrailerScanner::Kind::stderr_bare);
     bool truncated = false;
     std::string raw_out, raw_err;
@@ -121,7 +126,10 @@ void exercise_driver(const char* shell, const char* own_groups) {
     EXPECT_EQ(parsed->pid, d.pid());
     EXPECT_EQ(parsed->own_groups, std::string(own_groups) == "1");
 
-    auto first = run_in(d, "m" + std::string(31, 'a'), "cd /; X=1; printf 'no newline'; echo oops >&2; exit 3");
+    const std::string session(32, 'a');
+    ASSERT_TRUE(d.send(session + "\n"));
+    std::uint64_t n = 0;
+    auto first = run_in(d, session, ++n, "cd /; X=1; printf 'no newline'; echo oops >&2; exit 3");
     EXPECT_EQ(first.out, "no newline");
     EXPECT_EQ(first.err, "oops\n");
     EXPECT_EQ(first.status, 3);
@@ -129,41 +137,78 @@ void exercise_driver(const char* shell, const char* own_groups) {
     // variables were never exported; the input is empty; backslashes, quotes and blank lines
     // arrive as written.
     auto second =
-        run_in(d, "m" + std::string(31, 'b'),
-               "pwd\necho \"${X-unset}${_ksb_m-}${_ksb_c-}${_ksb_l-}${_ksb_r-}${_ksb_g-}${_ksb_nl-}${_ksb_own-}\"\n\n"
+        run_in(d, session, ++n,
+               "pwd\necho \"${X-unset}${_ksb_m-}${_ksb_c-}${_ksb_l-}${_ksb_r-}${_ksb_g-}${_ksb_nl-}${_ksb_own-}"
+               "${_ksb_t-}${_ksb_n-}\"\n\n"
                "printf '%s\\n' 'a\\b' \"$(cat)\"");
     char cwd[4096];
     ASSERT_NE(getcwd(cwd, sizeof cwd), nullptr);
     EXPECT_EQ(second.out, std::string(cwd) + "\nunset\na\\b\n\n");
     EXPECT_EQ(second.err, "");
     EXPECT_EQ(second.status, 0);
-    auto killed = run_in(d, "m" + std::string(31, 'c'), "kill -9 $$");
+    auto killed = run_in(d, session, ++n, "kill -9 $$");
     EXPECT_EQ(killed.status, 137);
+    EXPECT_EQ(killed.out + killed.err, "");  // the driver reports nothing of its own
     // A last line without a newline stays one: its backslash does not join the next line.
-    auto last = run_in(d, "m" + std::string(31, 'd'), "echo a\\");
+    auto last = run_in(d, session, ++n, "echo a\\");
     EXPECT_EQ(last.out, "a\\\n");
     // `kill 0` ends the command's group: with groups of their own that is the command alone;
-    // shared, the driver catches the signal and goes on.
-    auto group = run_in(d, "m" + std::string(31, 'e'), "kill 0; sleep 1; echo survived");
+    // shared, the driver ignores the signal and goes on. The command starts with the signal at its
+    // default either way.
+    auto group = run_in(d, session, ++n, "kill 0; sleep 1; echo survived");
     EXPECT_EQ(group.status, 143);
-    EXPECT_EQ(group.out + group.err, "");  // the driver reports nothing of its own
-    auto fds = run_in(d, "m" + std::string(31, 'g'), "[ -e /proc/$$/fd/3 ] && echo fd3 open; exit 0");
+    EXPECT_EQ(group.out + group.err, "");
+    // The same from something left running, between commands: the next command runs as usual.
+    const std::string sent = "/tmp/ksb-driver-sent-" + std::to_string(getpid());
+    unlink(sent.c_str());
+    auto left = run_in(d, session, ++n, "(trap '' TERM; sleep 0.2; kill 0; : > " + sent + ") >/dev/null 2>&1 &");
+    EXPECT_EQ(left.status, 0);
+    for (int i = 0; i < 500 && access(sent.c_str(), F_OK) != 0; ++i) usleep(10 * 1000);
+    EXPECT_EQ(access(sent.c_str(), F_OK), 0) << "the signal was not sent";
+    unlink(sent.c_str());
+    auto after = run_in(d, session, ++n, "echo still");
+    EXPECT_EQ(after.out, "still\n");
+    EXPECT_EQ(after.status, 0);
+    auto fds = run_in(d, session, ++n, "[ -e /proc/$$/fd/3 ] && echo fd3 open; exit 0");
     EXPECT_EQ(fds.out, "");
     // Its own group: `kill -- -$$` reaches the command's shell exactly when groups are its own.
-    auto leader =
-        run_in(d, "m" + std::string(31, 'f'), "read -r _ _ _ _ g _ < /proc/$$/stat; [ \"$g\" = $$ ] && echo leads");
+    auto leader = run_in(d, session, ++n, "read -r _ _ _ _ g _ < /proc/$$/stat; [ \"$g\" = $$ ] && echo leads");
     EXPECT_EQ(leader.out, std::string(own_groups) == "1" ? "leads\n" : "");
-    // End of input ends the driver.
+    // End of input ends the driver (killed by the subshell that read it).
     d.close_input();
     int status = 0;
     ASSERT_EQ(waitpid(d.pid(), &status, 0), d.pid());
     d.forget();
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+}
+
+// A request the driver cannot read ends it, before anything runs.
+void refuse_malformed(const char* shell) {
+    Driver d(shell, "0");
+    ASSERT_GT(d.pid(), 0);
+    const pid_t driver = d.pid();
+    unlink("/tmp/ksb-driver-never");
+    // The driver's orphans come to this process, to be reaped here and not whenever init does.
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    ASSERT_TRUE(d.send(std::string(32, 'b') + "\n+touch /tmp/ksb-driver-never\nbad\n.\n"));
+    int status = 0;
+    ASSERT_EQ(waitpid(driver, &status, 0), driver);
+    d.forget();
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+    // Nothing of the driver's is left (its subshell included), and the command never ran.
+    for (int i = 0; i < 500 && kill(-driver, 0) == 0; ++i) {
+        while (waitpid(-1, nullptr, WNOHANG) > 0) {}
+        usleep(10 * 1000);
+    }
+    prctl(PR_SET_CHILD_SUBREAPER, 0);
+    EXPECT_NE(kill(-driver, 0), 0) << "the driver's process group still has members";
+    EXPECT_NE(access("/tmp/ksb-driver-never", F_OK), 0);
 }
 
 TEST(ShellSessionDriver, RunsCommandsInFreshShellsUnderDash) {
     exercise_driver("/bin/sh", "0");
     exercise_driver("/bin/sh", "1");
+    refuse_malformed("/bin/sh");
 }
 
 TEST(ShellSessionDriver, RunsCommandsInFreshShellsUnderBusybox) {
@@ -175,6 +220,7 @@ TEST(ShellSessionDriver, RunsCommandsInFreshShellsUnderBusybox) {
     ASSERT_EQ(symlink("/bin/busybox", sh.c_str()), 0);
     exercise_driver(sh.c_str(), "0");
     exercise_driver(sh.c_str(), "1");
+    refuse_malformed(sh.c_str());
     unlink(sh.c_str());
     rmdir(dir);
 }

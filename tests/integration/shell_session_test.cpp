@@ -15,6 +15,15 @@ asio::awaitable<std::string> count_processes(Sandbox& s, const std::string& patt
     co_return ps ? ps->output : "?";
 }
 
+// How many shell session drivers run in the sandbox: processes whose command line holds the
+// driver's greeting tag, except the subshell each keeps ready for its next command.
+const std::string count_drivers =
+    "n=0; for d in /proc/[0-9]*; do "
+    "tr '\\000' ' ' 2>/dev/null < $d/cmdline | grep -q '[K]SB1' || continue; "
+    "read -r _ _ _ pp _ 2>/dev/null < $d/stat || continue; "
+    "tr '\\000' ' ' 2>/dev/null < /proc/$pp/cmdline | grep -q '[K]SB1' || n=$((n + 1)); "
+    "done; echo $n";
+
 // Kills the processes matching `pattern` (a grep -E pattern) in the sandbox.
 asio::awaitable<void> kill_processes(Sandbox& s, const std::string& pattern) {
     co_await s.execute("kill -9 $(ps | grep -E '" + pattern + "' | grep -v grep | awk '{print $1}') 2>/dev/null; true");
@@ -163,7 +172,7 @@ TEST_F(SandboxTest, ASessionThatEndsLeavesBackgroundProcessesRunning) {
         // Once `other`'s driver is gone (only `s`'s is left), its command's process is still there.
         std::string drivers;
         for (int i = 0; i < 100 && drivers != "1\n"; ++i) {
-            auto d = co_await s.execute("ps | grep -c '[K]SB1'");
+            auto d = co_await s.execute(count_drivers);
             drivers = d ? d->output : d.error().describe();
             if (drivers != "1\n") co_await sleep_for(100ms);
         }
@@ -188,7 +197,7 @@ TEST_F(SandboxTest, AnIdleSessionEndsItselfAfterTheIdleLimit) {
         PodExecSandbox other(client(), s.namespace_name(), s.pod_name(), brief);
         EXPECT_TRUE(co_await other.execute("true"));
         // Drivers in the pod: `s`'s own (running this ps) and `other`'s.
-        const std::string drivers = "ps | grep -c '[K]SB1'";
+        const std::string& drivers = count_drivers;
         auto both = co_await s.execute(drivers);
         EXPECT_TRUE(both && both->output == "2\n") << (both ? both->output : both.error().describe());
         // Its idle timer ends `other`'s session three seconds after its command.

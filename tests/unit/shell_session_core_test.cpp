@@ -9,20 +9,26 @@
 
 namespace {
 
+using kubesandbox::sandbox::command_trailer;
 using kubesandbox::sandbox::encode_shell_request;
 using kubesandbox::sandbox::parse_driver_hello;
 using kubesandbox::sandbox::TrailerScanner;
 
 const std::string marker = "0123456789abcdef0123456789abcdef";
 
-TEST(ShellSessionCore, RequestPrefixesEveryLineAndEndsWithTheMarker) {
-    EXPECT_EQ(encode_shell_request("m1", "echo a\n\necho 'b\\'\n"), "m1\n+echo a\n+\n+echo 'b\\'\n.m1\n");
+TEST(ShellSessionCore, RequestPrefixesEveryLineAndEndsWithADot) {
+    EXPECT_EQ(encode_shell_request("echo a\n\necho 'b\\'\n"), "+echo a\n+\n+echo 'b\\'\n.\n");
     // A last line without its newline is marked as such, so none is added.
-    EXPECT_EQ(encode_shell_request("m1", "x"), "m1\n-x\n.m1\n");
-    EXPECT_EQ(encode_shell_request("m1", "a\nb\\"), "m1\n+a\n-b\\\n.m1\n");
-    EXPECT_EQ(encode_shell_request("m1", ""), "m1\n.m1\n");
+    EXPECT_EQ(encode_shell_request("x"), "-x\n.\n");
+    EXPECT_EQ(encode_shell_request("a\nb\\"), "+a\n-b\\\n.\n");
+    EXPECT_EQ(encode_shell_request(""), ".\n");
     // A line that looks like the terminator is still a script line.
-    EXPECT_EQ(encode_shell_request("m1", ".m1"), "m1\n-.m1\n.m1\n");
+    EXPECT_EQ(encode_shell_request(".\n."), "+.\n-.\n.\n");
+}
+
+TEST(ShellSessionCore, TrailersCountTheSessionsCommands) {
+    EXPECT_EQ(command_trailer(marker, 1), marker + ".1");
+    EXPECT_EQ(command_trailer("ab", 12345678901ULL), "ab.12345678901");
 }
 
 TEST(ShellSessionCore, GreetingGivesThePidAndGroup) {
