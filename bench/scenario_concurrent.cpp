@@ -88,8 +88,12 @@ int exec_client_main(int argc, char** argv) {
         options.max_concurrent_connects = static_cast<std::size_t>(std::atoi(bound));
     KubeClient client(io.get_executor(), *cfg, options);
     std::vector<std::unique_ptr<PodExecSandbox>> sandboxes;
+    // ... and with no shell sessions (an exec per call), to compare them in the same run.
+    PodExecSandboxOptions sandbox_options;
+    if (const char* sessions = std::getenv("KUBESANDBOX_BENCH_SHELL_SESSIONS"))
+        sandbox_options.idle_shell_sessions = static_cast<std::size_t>(std::atoi(sessions));
     for (int i = 5; i < argc; ++i)
-        sandboxes.push_back(std::make_unique<PodExecSandbox>(client, ns, argv[i], PodExecSandboxOptions()));
+        sandboxes.push_back(std::make_unique<PodExecSandbox>(client, ns, argv[i], sandbox_options));
     const long hwm_before_kb = proc_status_kb("VmHWM");
     std::vector<double> lat(static_cast<std::size_t>(calls), 0.0);
     int done = 0, errors = 0;
@@ -251,7 +255,8 @@ void scenario_concurrent(asio::io_context& io, LocalCluster& cluster, const Env&
                                  std::to_string(sz.concurrent_sandboxes) + " sandboxes, 1 thread";
         auto bounded = run_exec_client(env, argv, {}, pods, ns);
         auto unbounded = run_exec_client(env, argv, {"KUBESANDBOX_BENCH_MAX_CONNECTS=0"}, pods, ns);
-        if (bounded && unbounded) {
+        auto per_exec = run_exec_client(env, argv, {"KUBESANDBOX_BENCH_SHELL_SESSIONS=0"}, pods, ns);
+        if (bounded && unbounded && per_exec) {
             const double calls = sz.concurrent_calls;
             rows.push_back(latency_row(name, "latency per call", bounded->lat));
             rows.push_back(single_row(name, "throughput", "calls/s", calls / bounded->wall));
@@ -272,6 +277,13 @@ void scenario_concurrent(asio::io_context& io, LocalCluster& cluster, const Env&
             rows.push_back(per_call);
             rows.push_back(per_call_unbounded);
             rows.push_back(single_row(name, "throughput with no bound", "calls/s", calls / unbounded->wall));
+            Row sessions_off = single_row(name, "throughput with an exec per call (idle_shell_sessions = 0)", "calls/s",
+                                          calls / per_exec->wall);
+            rows.push_back(sessions_off);
+            rows.push_back(single_row(name, "client memory per call in flight with an exec per call", "KiB",
+                                      (per_exec->peak_kb - per_exec->base_kb) / calls));
+            rows.push_back(single_row(name, "client CPU / its lifetime with an exec per call", "%",
+                                      100 * per_exec->cpu_seconds / per_exec->seconds));
             rows.push_back(single_row(name, "client CPU (user+sys) / its lifetime", "%",
                                       100 * bounded->cpu_seconds / bounded->seconds));
             rows.push_back(single_row(name, "cluster CPU (server + exec processes) / same time", "%",

@@ -72,6 +72,28 @@ for _ in range(n):
 print(time.process_time() - c0, *walls)
 )PY";
 
+// Wall and thread CPU seconds of `n` executes of `true` on `sandbox`, after one untimed call.
+struct TimedCalls {
+    std::vector<double> walls, cpus;
+    std::optional<std::string> failure;
+};
+
+asio::awaitable<void> time_true(PodExecSandbox& sandbox, int n, TimedCalls& out) {
+    for (int i = 0; i <= n; ++i) {
+        auto t0 = Clock::now();
+        double c0 = thread_cpu();
+        auto r = co_await sandbox.execute("true", std::chrono::seconds(120));
+        const double wall = seconds_since(t0), cpu = thread_cpu() - c0;
+        if (!r || r->exit_code != 0) {
+            out.failure = r ? "exit code " + std::to_string(r->exit_code.value_or(-1)) : r.error().describe();
+            co_return;
+        }
+        if (i == 0) continue;
+        out.walls.push_back(wall);
+        out.cpus.push_back(cpu);
+    }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -97,54 +119,28 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
     const std::string pod = sb->pod_name();
 
     // Round trip of `true`. One untimed warm-up each (kubectl fills its discovery cache).
-    std::vector<double> ours, theirs, our_exec_cpu;
+    std::vector<double> theirs;
+    TimedCalls ours;
     run_on(
-        io,
-        [&]() -> asio::awaitable<void> {
-            for (int i = 0; i <= sz.exec_n; ++i) {
-                auto t0 = Clock::now();
-                double c0 = thread_cpu();
-                auto r = co_await sb->execute("true", std::chrono::seconds(120));
-                double d = seconds_since(t0);
-                if (i > 0) our_exec_cpu.push_back(thread_cpu() - c0);
-                if (!r || r->exit_code != 0) {
-                    std::string why =
-                        r ? "exit code " + std::to_string(r->exit_code.value_or(-1)) : r.error().describe();
-                    failures.push_back("execute true: " + why);
-                    describe_pod(env, ns, pod);
-                    co_return;
-                }
-                if (i > 0) ours.push_back(d);
-            }
-        },
-        600s, "execute true");
-    Row our_rt = latency_row("2 exec round trip `true`", "PodExecSandbox::execute", ours);
+        io, [&]() -> asio::awaitable<void> { co_await time_true(*sb, sz.exec_n, ours); }, 600s, "execute true");
+    if (ours.failure) {
+        failures.push_back("execute true: " + *ours.failure);
+        describe_pod(env, ns, pod);
+    }
+    const std::vector<double>& our_exec_cpu = ours.cpus;
+    Row our_rt = latency_row("2 exec round trip `true`", "PodExecSandbox::execute", ours.walls);
     // The same calls with an exec each (no shell sessions): what the sessions buy.
     {
         PodExecSandboxOptions per_exec;
         per_exec.idle_shell_sessions = 0;
         PodExecSandbox plain(KubeClient(io.get_executor(), cluster.kube_config()), ns, pod, per_exec);
-        std::vector<double> walls, cpus;
+        TimedCalls each_exec;
         run_on(
-            io,
-            [&]() -> asio::awaitable<void> {
-                for (int i = 0; i <= sz.exec_n; ++i) {
-                    auto t0 = Clock::now();
-                    double c0 = thread_cpu();
-                    auto r = co_await plain.execute("true", std::chrono::seconds(120));
-                    if (!r || r->exit_code != 0) {
-                        failures.push_back(
-                            "execute true, an exec each: " +
-                            (r ? "exit " + std::to_string(r->exit_code.value_or(-1)) : r.error().describe()));
-                        co_return;
-                    }
-                    if (i > 0) {
-                        walls.push_back(seconds_since(t0));
-                        cpus.push_back(thread_cpu() - c0);
-                    }
-                }
-            },
-            600s, "execute true, an exec each");
+            io, [&]() -> asio::awaitable<void> { co_await time_true(plain, sz.exec_n, each_exec); }, 600s,
+            "execute true, an exec each");
+        if (each_exec.failure) failures.push_back("execute true, an exec each: " + *each_exec.failure);
+        const std::vector<double>& walls = each_exec.walls;
+        const std::vector<double>& cpus = each_exec.cpus;
         if (sb->shell_sessions_opened() != 1)
             failures.push_back("scenario 2: execute opened " + std::to_string(sb->shell_sessions_opened()) +
                                " shell sessions for sequential calls (expected 1)");

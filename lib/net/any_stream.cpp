@@ -6,7 +6,11 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 
 namespace kubesandbox::net {
 namespace beast = boost::beast;
@@ -16,15 +20,15 @@ namespace {
 
 class TcpImpl final : public AnyStream::Impl {
 public:
-    explicit TcpImpl(tcp::socket s)
-        : socket_(std::move(s)), deadline_(socket_.get_executor(), [this] {
-              error_code ignored;
-              socket_.close(ignored);
-          }) {}
+    explicit TcpImpl(tcp::socket s) : socket_(std::move(s)), deadline_(socket_.get_executor(), [this] { expire(); }) {}
     ~TcpImpl() override { deadline_.disarm(); }
     asio::any_io_executor executor() override { return socket_.get_executor(); }
-    void read_some(asio::mutable_buffer b, IoHandler h) override { socket_.async_read_some(b, std::move(h)); }
-    void write_some(const ConstBufferList& b, IoHandler h) override { socket_.async_write_some(b, std::move(h)); }
+    void read_some(asio::mutable_buffer b, IoHandler h) override {
+        socket_.async_read_some(b, ExpiryAware<IoHandler>{std::move(h), &expired_});
+    }
+    void write_some(const ConstBufferList& b, IoHandler h) override {
+        socket_.async_write_some(b, ExpiryAware<IoHandler>{std::move(h), &expired_});
+    }
     void handshake(DoneHandler h) override {
         asio::post(socket_.get_executor(), [h = std::move(h)]() mutable { std::move(h)(error_code{}); });
     }
@@ -34,18 +38,33 @@ public:
         asio::post(socket_.get_executor(), [h = std::move(h), ec]() mutable { std::move(h)(ec); });
     }
     void close() noexcept override {
-        error_code ec;
-        socket_.close(ec);
+        {
+            std::lock_guard<std::mutex> lock(descriptor_mutex_);
+            error_code ec;
+            socket_.close(ec);
+        }
         deadline_.disarm();
     }
     void expires_after(std::chrono::steady_clock::duration d) override { deadline_.arm(d); }
     void expires_never() override { deadline_.disarm(); }
     bool idle_alive() override { return socket_idle_alive(socket_); }
     bool is_tls() const noexcept override { return false; }
-    tcp::socket* plain_socket() noexcept override { return &socket_; }
+    PlainSocket plain_socket() noexcept override { return {&socket_, &expired_}; }
 
 private:
+    // The deadline's timer may fire on another thread than the one using the socket (its
+    // executor is the client's, not a strand): it only shuts the socket down, which ends every
+    // pending and later operation but leaves the descriptor and the socket object to their
+    // owner, who closes them.
+    void expire() {
+        std::lock_guard<std::mutex> lock(descriptor_mutex_);
+        expired_.store(true, std::memory_order_release);
+        if (socket_.is_open()) ::shutdown(socket_.native_handle(), SHUT_RDWR);
+    }
+
     tcp::socket socket_;
+    std::mutex descriptor_mutex_;  // the deadline's shutdown against the owner's close
+    std::atomic<bool> expired_{false};
     Deadline deadline_;
 };
 

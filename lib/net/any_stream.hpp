@@ -6,6 +6,7 @@
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associator.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -13,6 +14,7 @@
 #include <boost/beast/core/role.hpp>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -38,6 +40,27 @@ struct ConstBufferList {
     ConstBufferList prefix(std::size_t n) const noexcept;
 };
 
+// Completes a plain TCP operation's handler with operation_aborted once the stream's deadline
+// has passed, as an operation on a closed socket would: the deadline only shuts the socket down
+// (its timer may fire on another thread than the socket's user), so a pending read would
+// otherwise end as a clean EOF, which completes a body that ends with the connection. Keeps the
+// handler's executor, allocator and cancellation slot.
+template <class Handler>
+struct ExpiryAware {
+    Handler handler;
+    const std::atomic<bool>* expired;
+    void operator()(error_code ec, std::size_t n) {
+        if (expired->load(std::memory_order_acquire) && (ec || n == 0)) ec = asio::error::operation_aborted;
+        std::move(handler)(ec, n);
+    }
+};
+
+// A plain TCP stream's socket and its deadline's flag.
+struct PlainSocket {
+    asio::ip::tcp::socket* socket{};
+    const std::atomic<bool>* expired{};
+};
+
 class AnyStream {
 public:
     struct Impl {
@@ -56,7 +79,7 @@ public:
         virtual bool is_tls() const noexcept = 0;
         // A plain TCP stream's socket: reads and writes go to it directly, with the caller's
         // own handler (no type-erased handler, executor and work to allocate per operation).
-        virtual asio::ip::tcp::socket* plain_socket() noexcept { return nullptr; }
+        virtual PlainSocket plain_socket() noexcept { return {}; }
     };
 
     using executor_type = asio::any_io_executor;
@@ -89,7 +112,8 @@ public:
     auto async_read_some(const MutableBufferSequence& buffers, Token&& token) {
         return asio::async_initiate<Token, void(error_code, std::size_t)>(
             [](auto handler, Impl* impl, asio::mutable_buffer b) {
-                if (auto* socket = impl->plain_socket()) socket->async_read_some(b, std::move(handler));
+                if (auto plain = impl->plain_socket(); plain.socket)
+                    plain.socket->async_read_some(b, ExpiryAware<decltype(handler)>{std::move(handler), plain.expired});
                 else impl->read_some(b, std::move(handler));
             },
             token, impl_.get(), first_buffer<asio::mutable_buffer>(buffers));
@@ -99,7 +123,9 @@ public:
     auto async_write_some(const ConstBufferSequence& buffers, Token&& token) {
         return asio::async_initiate<Token, void(error_code, std::size_t)>(
             [](auto handler, Impl* impl, const ConstBufferList& list) {
-                if (auto* socket = impl->plain_socket()) socket->async_write_some(list, std::move(handler));
+                if (auto plain = impl->plain_socket(); plain.socket)
+                    plain.socket->async_write_some(list,
+                                                   ExpiryAware<decltype(handler)>{std::move(handler), plain.expired});
                 else impl->write_some(list, std::move(handler));
             },
             token, impl_.get(), buffer_list(buffers));
@@ -156,3 +182,18 @@ void async_teardown(boost::beast::role_type, AnyStream& stream, TeardownHandler&
 }
 
 }  // namespace kubesandbox::net
+
+namespace boost::asio {
+// ExpiryAware<H> is associated with what H is.
+template <template <typename, typename> class Associator, typename Handler, typename DefaultCandidate>
+struct associator<Associator, kubesandbox::net::ExpiryAware<Handler>, DefaultCandidate> {
+    using type = typename Associator<Handler, DefaultCandidate>::type;
+    static type get(const kubesandbox::net::ExpiryAware<Handler>& h) noexcept {
+        return Associator<Handler, DefaultCandidate>::get(h.handler);
+    }
+    static auto get(const kubesandbox::net::ExpiryAware<Handler>& h, const DefaultCandidate& c) noexcept
+        -> decltype(Associator<Handler, DefaultCandidate>::get(h.handler, c)) {
+        return Associator<Handler, DefaultCandidate>::get(h.handler, c);
+    }
+};
+}  // namespace boost::asio

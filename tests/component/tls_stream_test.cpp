@@ -1,6 +1,6 @@
 // The TLS stream over a real loopback socket pair: bytes exact both ways with a read and a write
 // pending at once, gather writes, how each kind of end reads (close_notify, a bare TCP close, a
-// reset while writing), deadlines, and operations after close.
+// reset while writing), deadlines, and operations after close; and a plain TCP stream's deadline.
 #include "local/tls_certs.hpp"
 #include "net/any_stream.hpp"
 #include "net/tls_context.hpp"
@@ -24,9 +24,11 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace ks = kubesandbox;
@@ -323,6 +325,62 @@ TEST_F(TlsStreamTest, ADeadlineEndsAWriteThePeerNeverReads) {
     EXPECT_TRUE(wec) << "the write outlived its deadline";
     EXPECT_GE(took, 250ms);
     EXPECT_LT(took, 10s);
+    EXPECT_TRUE(later);
+}
+
+}  // namespace
+
+namespace {
+
+// Plain TCP, with the io_context run by two threads as a server's may be: the deadline's timer
+// fires on either thread, ends the pending read with operation_aborted (not the clean EOF its
+// shutdown gives, which would end a body that ends with the connection as if complete), and
+// every later operation fails.
+TEST(TcpStream, ADeadlineAbortsAPendingReadWithTwoThreadsRunning) {
+    asio::io_context io(2);
+    error_code rec, wec, later;
+    std::size_t got = 1;
+    std::chrono::steady_clock::duration took{};
+    std::atomic<bool> done{false};
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+            tcp::socket client_socket(io);
+            co_await client_socket.async_connect(acceptor.local_endpoint(), asio::use_awaitable);
+            tcp::socket server = co_await acceptor.async_accept(asio::use_awaitable);
+            AnyStream client = AnyStream::tcp(std::move(client_socket));
+            char c;
+            // One byte through first: the connection works until the deadline.
+            co_await asio::async_write(server, asio::buffer(std::string("!")), use_tuple);
+            auto [e0, n0] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
+            EXPECT_FALSE(e0);
+            EXPECT_EQ(n0, 1u);
+            const auto start = std::chrono::steady_clock::now();
+            client.expires_after(200ms);
+            auto [e, n] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
+            took = std::chrono::steady_clock::now() - start;
+            rec = e;
+            got = n;
+            auto [w, wn] = co_await client.async_write_some(asio::buffer(std::string("late")), use_tuple);
+            wec = w;
+            client.close();
+            auto [l, ln] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
+            later = l;
+        },
+        [&](std::exception_ptr) {
+            done = true;
+            io.stop();
+        });
+    std::thread other([&] { io.run_for(10s); });
+    io.run_for(10s);
+    other.join();
+    ASSERT_TRUE(done) << "the test did not finish within 10 s";
+    EXPECT_EQ(rec, asio::error::operation_aborted) << rec.message();
+    EXPECT_EQ(got, 0u);
+    EXPECT_GE(took, 150ms);
+    EXPECT_LT(took, 5s);
+    EXPECT_TRUE(wec);
     EXPECT_TRUE(later);
 }
 
