@@ -37,14 +37,19 @@ bool known_false_assertion(const char* expr, const char* file) {
 }  // namespace
 }  // namespace kubesandbox::detail
 
+// Weak: a program that defines its own handler (BOOST_ENABLE_ASSERT_HANDLER) and links the
+// static library links without a clash, and its handler serves both, as it does over the shared
+// library (whose other users here, the local cluster and the tools, take ours from it).
+#define KUBESANDBOX_WEAK_HANDLER __attribute__((weak))
+
 namespace boost {
 
-void assertion_failed(char const* expr, char const* function, char const* file, long line) {
+KUBESANDBOX_WEAK_HANDLER void assertion_failed(char const* expr, char const* function, char const* file, long line) {
     if (kubesandbox::detail::known_false_assertion(expr, file)) return;
     kubesandbox::detail::fail(expr, nullptr, function, file, line);
 }
 
-void assertion_failed_msg(char const* expr, char const* msg, char const* function, char const* file, long line) {
+KUBESANDBOX_WEAK_HANDLER void assertion_failed_msg(char const* expr, char const* msg, char const* function, char const* file, long line) {
     if (kubesandbox::detail::known_false_assertion(expr, file)) return;
     kubesandbox::detail::fail(expr, msg, function, file, line);
 }
