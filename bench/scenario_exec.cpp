@@ -100,8 +100,8 @@ asio::awaitable<void> time_true(PodExecSandbox& sandbox, int n, TimedCalls& out)
 // Scenarios 2 and 3: exec round trip and stdout throughput, against kubectl exec
 
 void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz) {
-    std::cerr << "[2,3] exec round trip x" << sz.exec_n << ", throughput " << sz.throughput_bytes << " bytes x"
-              << sz.throughput_reps << "\n";
+    std::cerr << "[2,3] exec round trip x" << sz.exec_rt_n << " (kubectl x" << sz.exec_n << "), throughput "
+              << sz.throughput_bytes << " bytes x" << sz.throughput_reps << "\n";
     RawProvider provider(KubeClient(io.get_executor(), cluster.kube_config()), RawProviderOptions());
     std::unique_ptr<PodExecSandbox> sb;
     run_on(
@@ -122,7 +122,7 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
     std::vector<double> theirs;
     TimedCalls ours;
     run_on(
-        io, [&]() -> asio::awaitable<void> { co_await time_true(*sb, sz.exec_n, ours); }, 600s, "execute true");
+        io, [&]() -> asio::awaitable<void> { co_await time_true(*sb, sz.exec_rt_n, ours); }, 600s, "execute true");
     if (ours.failure) {
         failures.push_back("execute true: " + *ours.failure);
         describe_pod(env, ns, pod);
@@ -136,7 +136,7 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
         PodExecSandbox plain(KubeClient(io.get_executor(), cluster.kube_config()), ns, pod, per_exec);
         TimedCalls each_exec;
         run_on(
-            io, [&]() -> asio::awaitable<void> { co_await time_true(plain, sz.exec_n, each_exec); }, 600s,
+            io, [&]() -> asio::awaitable<void> { co_await time_true(plain, sz.exec_rt_n, each_exec); }, 600s,
             "execute true, an exec each");
         if (each_exec.failure) failures.push_back("execute true, an exec each: " + *each_exec.failure);
         const std::vector<double>& walls = each_exec.walls;
@@ -177,7 +177,7 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
         auto script = std::filesystem::temp_directory_path() / ("ksb-exec-" + std::to_string(getpid()) + ".py");
         std::ofstream(script) << python_exec;
         auto r = run_process(
-            {"/usr/bin/python3", script.string(), env.kubeconfig.string(), ns, pod, std::to_string(sz.exec_n)}, {},
+            {"/usr/bin/python3", script.string(), env.kubeconfig.string(), ns, pod, std::to_string(sz.exec_rt_n)}, {},
             true);
         std::filesystem::remove(script);
         std::istringstream out(r.out);
@@ -185,7 +185,7 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
         out >> cpu;
         std::vector<double> walls;
         for (double w; out >> w;) walls.push_back(w);
-        if (!r.spawned || r.status != 0 || cpu < 0 || walls.size() != static_cast<std::size_t>(sz.exec_n)) {
+        if (!r.spawned || r.status != 0 || cpu < 0 || walls.size() != static_cast<std::size_t>(sz.exec_rt_n)) {
             failures.push_back("scenario 2: python-kubernetes exec: exit " + std::to_string(r.status) + ", output " +
                                r.out.substr(0, 300));
         } else {
@@ -197,7 +197,7 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
             rows.push_back(py);
             Row our_cpu_row =
                 in_micros(latency_row("2 client CPU per execute", "PodExecSandbox::execute", our_exec_cpu));
-            std::vector<double> per_call(1, cpu / sz.exec_n);
+            std::vector<double> per_call(1, cpu / sz.exec_rt_n);
             Row py_cpu =
                 in_micros(latency_row("2 client CPU per execute", "python-kubernetes stream() (peer)", per_call));
             compare_to_peer(our_cpu_row, py_cpu, "python-kubernetes", true);
@@ -209,7 +209,7 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
     {
         std::vector<double> forks;
         const std::vector<std::string> sh_true{"/bin/sh", "-c", "true"};
-        for (int i = 0; i <= sz.exec_n; ++i) {
+        for (int i = 0; i <= sz.exec_rt_n; ++i) {
             auto r = run_process(sh_true, {}, false);
             if (i > 0 && r.spawned) forks.push_back(r.seconds);
         }

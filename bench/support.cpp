@@ -61,6 +61,7 @@ Sizes quick_sizes() {
     Sizes s;
     s.create_n = 2;
     s.exec_n = 5;
+    s.exec_rt_n = 5;
     s.throughput_bytes = 10'000'000;
     s.list_pods = 1000;
     s.list_page = 50;
@@ -77,6 +78,7 @@ Sizes smoke_sizes() {
     Sizes s;
     s.create_n = 1;
     s.exec_n = 2;
+    s.exec_rt_n = 2;
     s.throughput_bytes = 1'000'000;
     s.throughput_reps = 1;
     s.list_pods = 12;

@@ -84,6 +84,15 @@ bool is_absolute_clean_path(std::string_view p) {
     return !p.empty() && p.front() == '/' && p.find('\0') == std::string_view::npos;
 }
 
+// A shell command's launch line around its marker: the marker in the environment, the EXIT trap
+// and the working directory (see launch_shell_argv). Shell sessions' drivers build the same line.
+constexpr const char* launch_head = "KUBESANDBOX_EXEC=";
+std::string launch_tail(const PodExecSandboxOptions& options) {
+    std::string tail = "; export KUBESANDBOX_EXEC; trap : EXIT; ";
+    if (!options.workdir.empty()) tail += "cd -- " + files::shell_quote(options.workdir) + " || exit 1; ";
+    return tail;
+}
+
 }  // namespace
 
 struct PodExecSandbox::Sessions {
@@ -101,9 +110,14 @@ PodExecSandbox::PodExecSandbox(KubeClient client, std::string namespace_name, st
       id_(namespace_ + "/" + pod_),
       options_(std::move(options)) {
     if (options_.idle_shell_sessions > 0) {
-        std::vector<std::string> driver{
-            options_.shell, "-c",           std::string(sandbox::shell_session_driver()),
-            "sh",           options_.shell, options_.shell_session_process_groups ? "1" : "0"};
+        std::vector<std::string> driver{options_.shell,
+                                        "-c",
+                                        std::string(sandbox::shell_session_driver()),
+                                        "sh",
+                                        options_.shell,
+                                        options_.shell_session_process_groups ? "1" : "0",
+                                        launch_head,
+                                        launch_tail(options_)};
         sessions_.reset(new Sessions{std::make_shared<sandbox::ShellSessionPool>(
             KubeClientAccess::impl(client_), make_target(*this, std::move(driver), true), options_.idle_shell_sessions,
             options_.shell_session_idle_limit)});
@@ -154,11 +168,7 @@ struct PodExecSandbox::Internals {
     // carry no marker left for a timeout to find.
     static std::vector<std::string> launch_shell_argv(const PodExecSandbox& self, const std::string& marker,
                                                       const std::string& command) {
-        std::string script = "KUBESANDBOX_EXEC=" + marker + "; export KUBESANDBOX_EXEC; trap : EXIT; ";
-        if (!self.options_.workdir.empty())
-            script += "cd -- " + files::shell_quote(self.options_.workdir) + " || exit 1; ";
-        script += command;
-        return {self.options_.shell, "-c", std::move(script)};
+        return {self.options_.shell, "-c", launch_head + marker + launch_tail(self.options_) + command};
     }
 
     // Kills every process of the command marked `marker`. Best effort: when the pod is gone there
@@ -259,7 +269,6 @@ struct PodExecSandbox::Internals {
                                                                                     const std::string& command,
                                                                                     std::chrono::seconds limit) {
         auto& pool = *self.sessions_->pool;
-        const std::string marker = util::random_hex(8);
         std::optional<std::chrono::steady_clock::duration> timeout;
         if (limit.count() > 0) timeout = limit;
         for (int attempt = 0;; ++attempt) {
@@ -291,8 +300,8 @@ struct PodExecSandbox::Internals {
                 co_return fail(errc::cancelled, "execute in " + self.id_ + " was cancelled before its command started");
             const sandbox::DriverHello driver = session.driver();
             const std::string token = session.token();
-            auto ran = co_await session.run(launch_shell_argv(self, marker, command).at(2),
-                                            self.options_.max_output_bytes, timeout);
+            const std::string marker = session.next_exec_marker();
+            auto ran = co_await session.run(command, self.options_.max_output_bytes, timeout);
             // The session ended between its check and the command (its idle timer): nothing ran.
             if (ran && ran->not_sent && attempt == 0) continue;
             if (ran && ran->not_sent)

@@ -75,7 +75,9 @@ struct ShellSession::Private : std::enable_shared_from_this<ShellSession::Privat
     std::string token;  // in the driver's argv: the kill script checks it is this session's driver
     // Sent on stdin once, never shown to a command: the trailers are `marker`.N after command N.
     std::string marker;
-    std::uint64_t commands{};  // on the strand only: commands sent so far
+    // Sent with it: command N's own marker is `exec_prefix`N (in its environment, for the kill).
+    std::string exec_prefix;
+    std::atomic<std::uint64_t> commands{};  // commands sent so far; changed on the strand only
 
     void arm_idle_timer() {
         const std::uint64_t generation = ++idle_generation;
@@ -191,6 +193,10 @@ const DriverHello& ShellSession::driver() const { return state_->hello; }
 
 const std::string& ShellSession::token() const { return state_->token; }
 
+std::string ShellSession::next_exec_marker() const {
+    return command_exec_marker(state_->exec_prefix, state_->commands.load() + 1);
+}
+
 bool ShellSession::reusable() const { return state_->open && !state_->busy && !state_->dirty && !state_->ending; }
 
 void ShellSession::end() {
@@ -204,6 +210,7 @@ asio::awaitable<Result<std::shared_ptr<ShellSession>>> ShellSession::open(std::s
     auto state = std::make_shared<Private>(client->executor, idle_limit);
     state->token = util::random_hex(8);
     state->marker = util::random_hex(16);
+    state->exec_prefix = util::random_hex(6);
     driver.command.push_back(state->token);
     auto op = [client, state, driver = std::move(driver)]() -> asio::awaitable<Result<std::shared_ptr<ShellSession>>> {
         co_await asio::this_coro::throw_if_cancelled(false);
@@ -215,7 +222,7 @@ asio::awaitable<Result<std::shared_ptr<ShellSession>>> ShellSession::open(std::s
         // The session's marker goes out at once: the driver reads it after its greeting and
         // then makes ready for the first command.
         {
-            const std::string first = '\0' + state->marker + '\n';
+            const std::string first = '\0' + state->marker + ' ' + state->exec_prefix + '\n';
             auto [ec, written] = co_await state->ws->async_write(asio::buffer(first), use_tuple);
             (void)written;
             if (ec) {
@@ -286,10 +293,10 @@ asio::awaitable<Result<std::shared_ptr<ShellSession>>> ShellSession::open(std::s
     co_return co_await asio::co_spawn(state->strand, std::move(op), asio::use_awaitable);
 }
 
-asio::awaitable<Result<ShellRun>> ShellSession::run(std::string_view script, std::size_t cap,
+asio::awaitable<Result<ShellRun>> ShellSession::run(std::string_view command, std::size_t cap,
                                                     std::optional<Clock::duration> timeout) {
     auto state = state_;
-    auto op = [state, request = encode_shell_request(script), cap,
+    auto op = [state, request = encode_shell_request(command), cap,
                timeout]() mutable -> asio::awaitable<Result<ShellRun>> {
         co_await asio::this_coro::throw_if_cancelled(false);
         if (!state->open || state->current || state->ending) {

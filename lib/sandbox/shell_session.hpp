@@ -77,15 +77,17 @@ public:
         std::shared_ptr<KubeClient::Impl> client, kube::ExecTarget driver,
         std::chrono::steady_clock::duration idle_limit);
 
-    // Sends `script` to the driver and collects the output up to `cap` per stream until both
-    // trailers. On a timeout or a cancelled caller the session is
-    // ended and the command keeps running: the caller kills it. Errors: the connection broke or
-    // the driver ended before the trailers (errc::connection_closed), or a malformed trailer.
-    boost::asio::awaitable<Result<ShellRun>> run(std::string_view script, std::size_t cap,
+    // Sends `command` to the driver, which runs it after the launch line with next_exec_marker(),
+    // and collects the output up to `cap` per stream until both trailers. On a timeout or a cancelled caller the
+    // session is ended and the command keeps running: the caller kills it. Errors: the connection broke or the driver
+    // ended before the trailers (errc::connection_closed), or a malformed trailer.
+    boost::asio::awaitable<Result<ShellRun>> run(std::string_view command, std::size_t cap,
                                                  std::optional<std::chrono::steady_clock::duration> timeout);
 
     const DriverHello& driver() const;
     const std::string& token() const;  // the last argument of the driver's command line
+    // The marker the next command run() sends will carry (the session is one caller's at a time).
+    std::string next_exec_marker() const;
     // Open, not ending, no command in flight, and nothing arrived between commands.
     bool reusable() const;
     // Ends the session: the driver gets end of input and exits once its command (if any) is

@@ -9,36 +9,38 @@ namespace kubesandbox::sandbox {
 
 namespace {
 
-// Reads the session's marker once, then forks the subshell for the next command before its
-// request arrives, so that the fork is paid while the client is still sending (a driver that
-// forked on receipt measured ~0.1 ms more per command). The subshell reads one request: the
-// script's lines each after a '+' (a last line without a newline after a '-'), then '.'. It runs
-// the script in a fresh `SHELL -c` (its own state; `exit` ends only it) with no input. `read`
-// takes a pipe a byte at a time, so nothing past the request is consumed; end of input or a
-// malformed request ends the driver (SIGKILL: the subshell cannot make the driver exit
-// otherwise). Then the trailers, "MARKER.N STATUS" for the N-th command. $1 is the shell, $2 is 1
-// to start each command in a process group of its own (`setsid`, when there is one: a program
-// image more per command), $3 the session's token, which the kill script looks for. Otherwise
-// commands share the driver's group and the driver ignores the signals a command may send its own
-// group (`kill 0`); ignored, not caught, so that no read is cut short, and set back to their
-// defaults in the subshell just before the command starts. The variables are prefixed so that
-// none can be one the environment exported. The driver's own stderr is /dev/null (a shell
-// reports a child killed by a signal there, "Terminated", which an exec of its own would not
-// print); the commands' stderr is fd 3, closed for them. Their redirections are made in the
-// subshell: dash makes a simple command's own in the parent, for as long as it waits, and would
-// report there.
+// Reads the session's markers once (the trailers' and the commands' prefix), then forks the
+// subshell for the next command before its request arrives, so that the fork and the command's
+// launch line ($3 MARKER $4: "KUBESANDBOX_EXEC=", the prefix and the command's number, then the
+// rest of the launcher's steps) are done while the client is still sending; a driver that forked
+// on receipt measured ~0.1 ms more per command. The subshell reads one request: the command's
+// lines each after a '+' (a last line without a newline after a '-'), then '.'. It runs the launch
+// line and the command in a fresh `SHELL -c` (its own state; `exit` ends only it) with no input.
+// `read` takes a pipe a byte at a time, so nothing past the request is consumed (and a request
+// costs a system call per byte: it carries the command alone). End of input or a malformed
+// request ends the driver (SIGKILL: the subshell cannot make the driver exit otherwise). Then
+// the trailers, "MARKER.N STATUS" for the N-th command. $1 is the shell, $2 is 1 to start each
+// command in a process group of its own (`setsid`, when there is one: a program image more per
+// command), $5 the session's token, which the kill script looks for. Otherwise commands share
+// the driver's group and the driver ignores the signals a command may send its own group
+// (`kill 0`); ignored, not caught, so that no read is cut short, and set back to their defaults
+// in the subshell just before the command starts. The variables are prefixed so that none can be
+// one the environment exported. The driver's own stderr is /dev/null (a shell reports a child
+// killed by a signal there, "Terminated", which an exec of its own would not print); the
+// commands' stderr is fd 3, closed for them. Their redirections are made in the subshell: dash
+// makes a simple command's own in the parent, for as long as it waits, and would report there.
 constexpr std::string_view driver_script = R"SH(exec 3>&2 2>/dev/null
 read -r _ _ _ _ _ksb_g _ < /proc/$$/stat || _ksb_g=0
 _ksb_own= _ksb_t=
 if [ "$2" = 1 ] && command -v setsid >/dev/null 2>&1; then _ksb_own=setsid; else _ksb_t='HUP INT QUIT TERM USR1 USR2 ALRM'; trap '' $_ksb_t; fi
 printf 'KSB1 %s %s %s\n' "$$" "$_ksb_g" "${_ksb_own:+1}"
-IFS= read -r _ksb_m || exit 0
+IFS=' ' read -r _ksb_m _ksb_k || exit 0
 _ksb_n=0
 _ksb_nl='
 '
 while :; do
   (
-    _ksb_c=
+    _ksb_c="$3$_ksb_k$((_ksb_n + 1))$4"
     while IFS= read -r _ksb_l || { kill -9 $$; exit 0; }; do
       case $_ksb_l in
         +*) _ksb_c="$_ksb_c${_ksb_l#+}$_ksb_nl" ;;
@@ -85,6 +87,12 @@ std::string encode_shell_request(std::string_view script) {
 std::string command_trailer(std::string_view session_marker, std::uint64_t command) {
     std::string out(session_marker);
     out.push_back('.');
+    out.append(std::to_string(command));
+    return out;
+}
+
+std::string command_exec_marker(std::string_view prefix, std::uint64_t command) {
+    std::string out(prefix);
     out.append(std::to_string(command));
     return out;
 }

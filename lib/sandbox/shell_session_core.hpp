@@ -2,11 +2,12 @@
 // the commands it reads on stdin one after the other, each in a fresh `sh -c`, and ends each
 // command's output with a trailer carrying a marker only the client knows. Internal.
 //
-// Wire format (stdin): a line holding the session's marker, once; then per command each line of
-// the script prefixed with '+' (a last line without a newline with '-'), then a line ".". The
-// driver answers on stdout with "KSB1 PID PGID GROUPS\n" once at start (GROUPS "1" when each
-// command gets a process group of its own, else empty), then after the N-th command (from 1)
-// "MARKER.N STATUS\n" on stdout and "MARKER.N\n" on stderr.
+// Wire format (stdin): a line holding the session's marker, a space and the prefix of its
+// commands' markers, once; then per command each line of the command prefixed with '+' (a last
+// line without a newline with '-'), then a line ".". The driver answers on stdout with
+// "KSB1 PID PGID GROUPS\n" once at start (GROUPS "1" when each command gets a process group of
+// its own, else empty), then after the N-th command (from 1) "MARKER.N STATUS\n" on stdout and
+// "MARKER.N\n" on stderr. The N-th command runs as `SHELL -c "HEAD" PREFIX N "TAIL" COMMAND`.
 #pragma once
 
 #include <cstddef>
@@ -17,11 +18,16 @@
 
 namespace kubesandbox::sandbox {
 
-// The driver, run as `SHELL -c DRIVER sh SHELL OWN_GROUPS TOKEN` (OWN_GROUPS "1" or "0").
+// The driver, run as `SHELL -c DRIVER sh SHELL OWN_GROUPS HEAD TAIL TOKEN` (OWN_GROUPS "1" or
+// "0"; HEAD and TAIL: the launch line around each command's marker).
 std::string_view shell_session_driver();
 
-// The request that makes the driver run `script` (which holds no NUL).
-std::string encode_shell_request(std::string_view script);
+// The request that makes the driver run `command` (which holds no NUL).
+std::string encode_shell_request(std::string_view command);
+
+// The marker of the `command`-th command (from 1) of a session whose prefix (letters and digits
+// only) is `prefix`.
+std::string command_exec_marker(std::string_view prefix, std::uint64_t command);
 
 // The trailer's marker after the `command`-th command (from 1) of a session whose marker (letters
 // and digits only) is `session_marker`.

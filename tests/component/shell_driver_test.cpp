@@ -37,7 +37,9 @@ public:
             dup2(err[1], 2);
             for (int fd : {in[0], in[1], out[0], out[1], err[0], err[1]}) close(fd);
             const std::string script(kubesandbox::sandbox::shell_session_driver());
-            execl(shell, shell, "-c", script.c_str(), "sh", shell, own_groups, "token", static_cast<char*>(nullptr));
+            execl(shell, shell, "-c", script.c_str(), "sh", shell, own_groups,
+                  "KUBESANDBOX_EXEC=", "; export KUBESANDBOX_EXEC; trap : EXIT; ", "token",
+                  static_cast<char*>(nullptr));
             _exit(127);
         }
         close(in[0]);
@@ -127,7 +129,7 @@ void exercise_driver(const char* shell, const char* own_groups) {
     EXPECT_EQ(parsed->own_groups, std::string(own_groups) == "1");
 
     const std::string session(32, 'a');
-    ASSERT_TRUE(d.send(session + "\n"));
+    ASSERT_TRUE(d.send(session + " k7\n"));
     std::uint64_t n = 0;
     auto first = run_in(d, session, ++n, "cd /; X=1; printf 'no newline'; echo oops >&2; exit 3");
     EXPECT_EQ(first.out, "no newline");
@@ -139,13 +141,16 @@ void exercise_driver(const char* shell, const char* own_groups) {
     auto second =
         run_in(d, session, ++n,
                "pwd\necho \"${X-unset}${_ksb_m-}${_ksb_c-}${_ksb_l-}${_ksb_r-}${_ksb_g-}${_ksb_nl-}${_ksb_own-}"
-               "${_ksb_t-}${_ksb_n-}\"\n\n"
+               "${_ksb_t-}${_ksb_n-}${_ksb_k-}\"\n\n"
                "printf '%s\\n' 'a\\b' \"$(cat)\"");
     char cwd[4096];
     ASSERT_NE(getcwd(cwd, sizeof cwd), nullptr);
     EXPECT_EQ(second.out, std::string(cwd) + "\nunset\na\\b\n\n");
     EXPECT_EQ(second.err, "");
     EXPECT_EQ(second.status, 0);
+    // Each command's marker, in its environment: the session's prefix and its number.
+    auto marked = run_in(d, session, ++n, "echo \"$KUBESANDBOX_EXEC\"");
+    EXPECT_EQ(marked.out, "k7" + std::to_string(n) + "\n");
     auto killed = run_in(d, session, ++n, "kill -9 $$");
     EXPECT_EQ(killed.status, 137);
     EXPECT_EQ(killed.out + killed.err, "");  // the driver reports nothing of its own
@@ -190,7 +195,7 @@ void refuse_malformed(const char* shell) {
     unlink("/tmp/ksb-driver-never");
     // The driver's orphans come to this process, to be reaped here and not whenever init does.
     prctl(PR_SET_CHILD_SUBREAPER, 1);
-    ASSERT_TRUE(d.send(std::string(32, 'b') + "\n+touch /tmp/ksb-driver-never\nbad\n.\n"));
+    ASSERT_TRUE(d.send(std::string(32, 'b') + " k7\n+touch /tmp/ksb-driver-never\nbad\n.\n"));
     int status = 0;
     ASSERT_EQ(waitpid(driver, &status, 0), driver);
     d.forget();

@@ -9,6 +9,7 @@
 
 namespace {
 
+using kubesandbox::sandbox::command_exec_marker;
 using kubesandbox::sandbox::command_trailer;
 using kubesandbox::sandbox::encode_shell_request;
 using kubesandbox::sandbox::parse_driver_hello;
@@ -26,9 +27,11 @@ TEST(ShellSessionCore, RequestPrefixesEveryLineAndEndsWithADot) {
     EXPECT_EQ(encode_shell_request(".\n."), "+.\n-.\n.\n");
 }
 
-TEST(ShellSessionCore, TrailersCountTheSessionsCommands) {
+TEST(ShellSessionCore, TrailersAndMarkersCountTheSessionsCommands) {
     EXPECT_EQ(command_trailer(marker, 1), marker + ".1");
     EXPECT_EQ(command_trailer("ab", 12345678901ULL), "ab.12345678901");
+    EXPECT_EQ(command_exec_marker("9f3a", 1), "9f3a1");
+    EXPECT_EQ(command_exec_marker("9f3a", 40), "9f3a40");
 }
 
 TEST(ShellSessionCore, GreetingGivesThePidAndGroup) {
