@@ -3,7 +3,7 @@
 # library's dynamic symbols as in a static one. $1 is the built library.
 lib=$1
 case $lib in
-  *.a) symbols=$(nm -C "$lib" 2>/dev/null | grep ' boost::assertion_failed') ;;
+  *.a) symbols=$(nm -C --defined-only "$lib" 2>/dev/null | grep ' boost::assertion_failed') ;;
   *) symbols=$(nm -DC --defined-only "$lib" 2>/dev/null | grep ' boost::assertion_failed') ;;
 esac
 [ -n "$symbols" ] || { echo "no handler found in $lib"; exit 1; }

@@ -38,8 +38,9 @@ struct PodExecSandboxOptions {
     std::size_t idle_shell_sessions{2};
     std::chrono::seconds shell_session_idle_limit{60};
     // In a session, commands share the session shell's process group (a timeout still kills all a
-    // command started, and only that): `kill 0` in a command also reaches what earlier commands
-    // left running, and `kill -- -$$` finds no group. True starts each command in a group of its
+    // command started, and of what earlier commands left running only orphans that started while
+    // the session sat idle): `kill 0` in a command also reaches what earlier commands left
+    // running, and `kill -- -$$` finds no group. True starts each command in a group of its
     // own, as an exec of its own would be, at the price of a `setsid` program image per command.
     bool shell_session_process_groups{false};
     // Called after each command (and may be called after a reconnect), never awaited by

@@ -24,10 +24,10 @@ public:
     ~TcpImpl() override { deadline_.disarm(); }
     asio::any_io_executor executor() override { return socket_.get_executor(); }
     void read_some(asio::mutable_buffer b, IoHandler h) override {
-        socket_.async_read_some(b, ExpiryAware<IoHandler>{std::move(h), &expired_});
+        socket_.async_read_some(b, ExpiryAware<IoHandler>{std::move(h), expired_});
     }
     void write_some(const ConstBufferList& b, IoHandler h) override {
-        socket_.async_write_some(b, ExpiryAware<IoHandler>{std::move(h), &expired_});
+        socket_.async_write_some(b, ExpiryAware<IoHandler>{std::move(h), expired_});
     }
     void handshake(DoneHandler h) override {
         asio::post(socket_.get_executor(), [h = std::move(h)]() mutable { std::move(h)(error_code{}); });
@@ -49,7 +49,7 @@ public:
     void expires_never() override { deadline_.disarm(); }
     bool idle_alive() override { return socket_idle_alive(socket_); }
     bool is_tls() const noexcept override { return false; }
-    PlainSocket plain_socket() noexcept override { return {&socket_, &expired_}; }
+    PlainSocket plain_socket() noexcept override { return {&socket_, expired_}; }
 
 private:
     // The deadline's timer may fire on another thread than the one using the socket (its
@@ -58,13 +58,14 @@ private:
     // owner, who closes them.
     void expire() {
         std::lock_guard<std::mutex> lock(descriptor_mutex_);
-        expired_.store(true, std::memory_order_release);
+        expired_->store(true, std::memory_order_release);
         if (socket_.is_open()) ::shutdown(socket_.native_handle(), SHUT_RDWR);
     }
 
     tcp::socket socket_;
     std::mutex descriptor_mutex_;  // the deadline's shutdown against the owner's close
-    std::atomic<bool> expired_{false};
+    // Shared with the handlers of operations in flight, which may complete after this is gone.
+    std::shared_ptr<std::atomic<bool>> expired_ = std::make_shared<std::atomic<bool>>(false);
     Deadline deadline_;
 };
 

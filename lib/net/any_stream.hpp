@@ -40,17 +40,18 @@ struct ConstBufferList {
     ConstBufferList prefix(std::size_t n) const noexcept;
 };
 
-// Completes a plain TCP operation's handler with operation_aborted once the stream's deadline
-// has passed, as an operation on a closed socket would: the deadline only shuts the socket down
-// (its timer may fire on another thread than the socket's user), so a pending read would
-// otherwise end as a clean EOF, which completes a body that ends with the connection. Keeps the
-// handler's executor, allocator and cancellation slot.
+// A plain TCP operation's handler: once the stream's deadline has passed, an error or an end of
+// stream completes it as operation_aborted, as on a closed socket. The deadline only shuts the
+// socket down (its timer may fire on another thread than the socket's user), so a pending read
+// would otherwise end as a clean EOF, which completes a body that ends with the connection.
+// Bytes that had arrived before it still come through. The flag is shared: a completion may run
+// after its stream is gone. Keeps the handler's executor, allocator and cancellation slot.
 template <class Handler>
 struct ExpiryAware {
     Handler handler;
-    const std::atomic<bool>* expired;
+    std::shared_ptr<const std::atomic<bool>> expired;
     void operator()(error_code ec, std::size_t n) {
-        if (expired->load(std::memory_order_acquire) && (ec || n == 0)) ec = asio::error::operation_aborted;
+        if ((ec || n == 0) && expired->load(std::memory_order_acquire)) ec = asio::error::operation_aborted;
         std::move(handler)(ec, n);
     }
 };
@@ -58,7 +59,7 @@ struct ExpiryAware {
 // A plain TCP stream's socket and its deadline's flag.
 struct PlainSocket {
     asio::ip::tcp::socket* socket{};
-    const std::atomic<bool>* expired{};
+    std::shared_ptr<const std::atomic<bool>> expired{};
 };
 
 class AnyStream {
@@ -113,7 +114,8 @@ public:
         return asio::async_initiate<Token, void(error_code, std::size_t)>(
             [](auto handler, Impl* impl, asio::mutable_buffer b) {
                 if (auto plain = impl->plain_socket(); plain.socket)
-                    plain.socket->async_read_some(b, ExpiryAware<decltype(handler)>{std::move(handler), plain.expired});
+                    plain.socket->async_read_some(
+                        b, ExpiryAware<decltype(handler)>{std::move(handler), std::move(plain.expired)});
                 else impl->read_some(b, std::move(handler));
             },
             token, impl_.get(), first_buffer<asio::mutable_buffer>(buffers));
@@ -124,8 +126,8 @@ public:
         return asio::async_initiate<Token, void(error_code, std::size_t)>(
             [](auto handler, Impl* impl, const ConstBufferList& list) {
                 if (auto plain = impl->plain_socket(); plain.socket)
-                    plain.socket->async_write_some(list,
-                                                   ExpiryAware<decltype(handler)>{std::move(handler), plain.expired});
+                    plain.socket->async_write_some(
+                        list, ExpiryAware<decltype(handler)>{std::move(handler), std::move(plain.expired)});
                 else impl->write_some(list, std::move(handler));
             },
             token, impl_.get(), buffer_list(buffers));

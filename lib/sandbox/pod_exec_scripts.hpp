@@ -48,13 +48,15 @@ exec "$@"
 // longer a sign that anything is left) unless other threads of theirs still run. Never touches
 // PID 1 or its own group.
 // For a command run by a shell session, $2 is the session's driver and $3 its token (the driver
-// is used only if its command line still ends with it): the driver is spared, its child is the
-// command's shell, and a child that leads a process group of its own is the command's group.
-// When $4 is 1 the command shares the driver's process group, as its processes would share an
-// exec's: the group's members are killed too, except those there before the command's shell
-// started (what earlier commands left running; the driver forks that shell as the previous
-// command ends) and their descendants. Start times are in clock
-// ticks; within one tick the lower pid came first.
+// is used only if one of its arguments is still the token): the driver is spared, its child is
+// the command's shell (or, once that ended, the subshell forked for the next command, which a
+// timed-out session never runs), and a child that leads a process group of its own is the
+// command's group. When $4 is 1 the command shares the driver's process group, as its processes
+// would share an exec's: the group's members are killed too, except those there before the
+// command's shell started and their descendants. The driver forks that shell as the previous
+// command ends, so an orphan that what earlier commands left running starts while the session
+// is idle counts as the command's. Start times are in clock ticks; within one tick the lower pid
+// came first.
 inline constexpr const char* kill_script = R"SH(m="KUBESANDBOX_EXEC=$1"
 root=$2 rootgroup=
 if [ -n "$root" ] && ! tr '\000' '\n' 2>/dev/null < "/proc/$root/cmdline" | grep -qxF -- "$3"; then root=; fi

@@ -296,8 +296,7 @@ asio::awaitable<Result<std::shared_ptr<ShellSession>>> ShellSession::open(std::s
 asio::awaitable<Result<ShellRun>> ShellSession::run(std::string_view command, std::size_t cap,
                                                     std::optional<Clock::duration> timeout) {
     auto state = state_;
-    auto op = [state, request = encode_shell_request(command), cap,
-               timeout]() mutable -> asio::awaitable<Result<ShellRun>> {
+    auto op = [state, command = std::string(command), cap, timeout]() mutable -> asio::awaitable<Result<ShellRun>> {
         co_await asio::this_coro::throw_if_cancelled(false);
         if (!state->open || state->current || state->ending) {
             ShellRun unsent;
@@ -306,7 +305,9 @@ asio::awaitable<Result<ShellRun>> ShellSession::run(std::string_view command, st
         }
         state->busy = true;
         state->disarm_idle_timer();
-        Command cmd(command_trailer(state->marker, ++state->commands), cap, state->strand);
+        const std::uint64_t number = ++state->commands;
+        const std::string request = encode_shell_request(command, number);
+        Command cmd(command_trailer(state->marker, number), cap, state->strand);
         state->current = &cmd;
         cmd.wake.expires_after(timeout ? *timeout : Clock::duration::max());
         static constexpr char stdin_channel = 0;

@@ -90,8 +90,9 @@ public:
     std::string next_exec_marker() const;
     // Open, not ending, no command in flight, and nothing arrived between commands.
     bool reusable() const;
-    // Ends the session: the driver gets end of input and exits once its command (if any) is
-    // done; on v4, which cannot close stdin, the connection is cut.
+    // Ends the session: the driver gets end of input and ends once its command (if any) is done
+    // (its subshell kills it: the exec's status says 137); on v4, which cannot close stdin, the
+    // connection is cut.
     void end();
 
 private:

@@ -14,15 +14,17 @@ namespace {
 // launch line ($3 MARKER $4: "KUBESANDBOX_EXEC=", the prefix and the command's number, then the
 // rest of the launcher's steps) are done while the client is still sending; a driver that forked
 // on receipt measured ~0.1 ms more per command. The subshell reads one request: the command's
-// lines each after a '+' (a last line without a newline after a '-'), then '.'. It runs the launch
-// line and the command in a fresh `SHELL -c` (its own state; `exit` ends only it) with no input.
-// `read` takes a pipe a byte at a time, so nothing past the request is consumed (and a request
-// costs a system call per byte: it carries the command alone). End of input or a malformed
-// request ends the driver (SIGKILL: the subshell cannot make the driver exit otherwise). Then
-// the trailers, "MARKER.N STATUS" for the N-th command. $1 is the shell, $2 is 1 to start each
-// command in a process group of its own (`setsid`, when there is one: a program image more per
-// command), $5 the session's token, which the kill script looks for. Otherwise commands share
-// the driver's group and the driver ignores the signals a command may send its own group
+// lines each after a '+' (a last line without a newline after a '-'), then '.' and the command's
+// number. It runs the launch line and the command in a fresh `SHELL -c` (its own state; `exit`
+// ends only it) with no input. `read` takes a pipe a byte at a time, so nothing past the request
+// is consumed (and a request costs a system call per byte: it carries the command alone). End of
+// input or a malformed request ends the driver (SIGKILL: the subshell cannot make the driver exit
+// otherwise); so does a request numbered for another subshell: one that was killed before it read
+// its request leaves that request to the next, which must not run it unwatched. Then the
+// trailers, "MARKER.N STATUS" for the N-th command (137 for one whose subshell was killed). $1 is the shell, $2 is 1 to
+// start each command in a process group of its own (`setsid`, when there is one: a program image more per command), $5
+// the session's token, which the kill script looks for. Otherwise commands share the driver's group and the driver
+// ignores the signals a command may send its own group
 // (`kill 0`); ignored, not caught, so that no read is cut short, and set back to their defaults
 // in the subshell just before the command starts. The variables are prefixed so that none can be
 // one the environment exported. The driver's own stderr is /dev/null (a shell reports a child
@@ -45,7 +47,7 @@ while :; do
       case $_ksb_l in
         +*) _ksb_c="$_ksb_c${_ksb_l#+}$_ksb_nl" ;;
         -*) _ksb_c="$_ksb_c${_ksb_l#-}" ;;
-        .) break ;;
+        ".$((_ksb_n + 1))") break ;;
         *) kill -9 $$; exit 0 ;;
       esac
     done
@@ -69,9 +71,9 @@ bool parse_long(std::string_view s, long& out) {
 
 std::string_view shell_session_driver() { return driver_script; }
 
-std::string encode_shell_request(std::string_view script) {
+std::string encode_shell_request(std::string_view script, std::uint64_t command) {
     std::string out;
-    out.reserve(script.size() + 16);
+    out.reserve(script.size() + 24);
     while (!script.empty()) {
         const std::size_t eol = script.find('\n');
         // '+': the line had a newline; '-': the last one, which had none.
@@ -80,7 +82,8 @@ std::string encode_shell_request(std::string_view script) {
         if (eol == std::string_view::npos) break;
         script.remove_prefix(eol + 1);
     }
-    out.append(".\n");
+    out.push_back('.');
+    out.append(std::to_string(command)).push_back('\n');
     return out;
 }
 

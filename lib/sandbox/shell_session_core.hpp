@@ -4,10 +4,11 @@
 //
 // Wire format (stdin): a line holding the session's marker, a space and the prefix of its
 // commands' markers, once; then per command each line of the command prefixed with '+' (a last
-// line without a newline with '-'), then a line ".". The driver answers on stdout with
-// "KSB1 PID PGID GROUPS\n" once at start (GROUPS "1" when each command gets a process group of
-// its own, else empty), then after the N-th command (from 1) "MARKER.N STATUS\n" on stdout and
-// "MARKER.N\n" on stderr. The N-th command runs as `SHELL -c "HEAD" PREFIX N "TAIL" COMMAND`.
+// line without a newline with '-'), then a line "." N for the N-th command (from 1). The driver
+// answers on stdout with "KSB1 PID PGID GROUPS\n" once at start (GROUPS "1" when each command
+// gets a process group of its own, else empty), then after the N-th command "MARKER.N STATUS\n"
+// on stdout and "MARKER.N\n" on stderr. The N-th command runs as `SHELL -c SCRIPT`, SCRIPT being
+// HEAD, PREFIX, N, TAIL and the command written one after the other.
 #pragma once
 
 #include <cstddef>
@@ -22,8 +23,9 @@ namespace kubesandbox::sandbox {
 // "0"; HEAD and TAIL: the launch line around each command's marker).
 std::string_view shell_session_driver();
 
-// The request that makes the driver run `command` (which holds no NUL).
-std::string encode_shell_request(std::string_view command);
+// The request that makes the driver run `command` (which holds no NUL) as the session's
+// `number`-th command (from 1).
+std::string encode_shell_request(std::string_view command, std::uint64_t number);
 
 // The marker of the `command`-th command (from 1) of a session whose prefix (letters and digits
 // only) is `prefix`.

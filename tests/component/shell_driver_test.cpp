@@ -96,7 +96,7 @@ struct Ran {
 // Runs the `n`-th command of the session whose marker is `session`.
 Ran run_in(Driver& d, const std::string& session, std::uint64_t n, const std::string& script) {
     Ran r;
-    EXPECT_TRUE(d.send(encode_shell_request(script)));
+    EXPECT_TRUE(d.send(encode_shell_request(script, n)));
     const std::string m = command_trailer(session, n);
     TrailerScanner out(m, TrailerScanner::Kind::stdout_with_status), err(m, TrailerScanner::Kind::stderr_bare);
     bool truncated = false;
@@ -164,9 +164,16 @@ void exercise_driver(const char* shell, const char* own_groups) {
     EXPECT_EQ(group.status, 143);
     EXPECT_EQ(group.out + group.err, "");
     // The same from something left running, between commands: the next command runs as usual.
+    // It signals once the driver's child is the subshell forked for the next command, not the
+    // command's shell.
     const std::string sent = "/tmp/ksb-driver-sent-" + std::to_string(getpid());
+    const std::string children = "/proc/" + std::to_string(d.pid()) + "/task/" + std::to_string(d.pid()) + "/children";
     unlink(sent.c_str());
-    auto left = run_in(d, session, ++n, "(trap '' TERM; sleep 0.2; kill 0; : > " + sent + ") >/dev/null 2>&1 &");
+    auto left = run_in(d, session, ++n,
+                       "c=$$; (trap '' TERM; i=0; while [ $i -lt 500 ]; do k=$(cat " + children +
+                           "); case \" $k \" in *\" $c \"*|\"  \") ;; *) break ;; esac; sleep 0.01; "
+                           "i=$((i + 1)); done; kill 0; : > " +
+                           sent + ") >/dev/null 2>&1 &");
     EXPECT_EQ(left.status, 0);
     for (int i = 0; i < 500 && access(sent.c_str(), F_OK) != 0; ++i) usleep(10 * 1000);
     EXPECT_EQ(access(sent.c_str(), F_OK), 0) << "the signal was not sent";
@@ -187,15 +194,20 @@ void exercise_driver(const char* shell, const char* own_groups) {
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
 }
 
-// A request the driver cannot read ends it, before anything runs.
-void refuse_malformed(const char* shell) {
+// A request the driver cannot read ends it, before anything runs; so does one numbered for
+// another command (what a subshell killed before its request would leave to the next).
+void refuse_request(const char* shell, const std::string& request) {
     Driver d(shell, "0");
     ASSERT_GT(d.pid(), 0);
     const pid_t driver = d.pid();
-    unlink("/tmp/ksb-driver-never");
+    const std::string never = "/tmp/ksb-driver-never-" + std::to_string(getpid());
+    unlink(never.c_str());
     // The driver's orphans come to this process, to be reaped here and not whenever init does.
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
-    ASSERT_TRUE(d.send(std::string(32, 'b') + " k7\n+touch /tmp/ksb-driver-never\nbad\n.\n"));
+    struct Subreaper {
+        Subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
+        ~Subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 0); }
+    } subreaper;
+    ASSERT_TRUE(d.send(std::string(32, 'b') + " k7\n+touch " + never + "\n" + request));
     int status = 0;
     ASSERT_EQ(waitpid(driver, &status, 0), driver);
     d.forget();
@@ -205,9 +217,15 @@ void refuse_malformed(const char* shell) {
         while (waitpid(-1, nullptr, WNOHANG) > 0) {}
         usleep(10 * 1000);
     }
-    prctl(PR_SET_CHILD_SUBREAPER, 0);
     EXPECT_NE(kill(-driver, 0), 0) << "the driver's process group still has members";
-    EXPECT_NE(access("/tmp/ksb-driver-never", F_OK), 0);
+    EXPECT_NE(access(never.c_str(), F_OK), 0) << request;
+    unlink(never.c_str());
+}
+
+void refuse_malformed(const char* shell) {
+    refuse_request(shell, "bad\n.1\n");
+    refuse_request(shell, ".2\n");
+    refuse_request(shell, ".\n");
 }
 
 TEST(ShellSessionDriver, RunsCommandsInFreshShellsUnderDash) {

@@ -17,14 +17,14 @@ using kubesandbox::sandbox::TrailerScanner;
 
 const std::string marker = "0123456789abcdef0123456789abcdef";
 
-TEST(ShellSessionCore, RequestPrefixesEveryLineAndEndsWithADot) {
-    EXPECT_EQ(encode_shell_request("echo a\n\necho 'b\\'\n"), "+echo a\n+\n+echo 'b\\'\n.\n");
+TEST(ShellSessionCore, RequestPrefixesEveryLineAndEndsWithItsNumber) {
+    EXPECT_EQ(encode_shell_request("echo a\n\necho 'b\\'\n", 1), "+echo a\n+\n+echo 'b\\'\n.1\n");
     // A last line without its newline is marked as such, so none is added.
-    EXPECT_EQ(encode_shell_request("x"), "-x\n.\n");
-    EXPECT_EQ(encode_shell_request("a\nb\\"), "+a\n-b\\\n.\n");
-    EXPECT_EQ(encode_shell_request(""), ".\n");
+    EXPECT_EQ(encode_shell_request("x", 7), "-x\n.7\n");
+    EXPECT_EQ(encode_shell_request("a\nb\\", 12), "+a\n-b\\\n.12\n");
+    EXPECT_EQ(encode_shell_request("", 3), ".3\n");
     // A line that looks like the terminator is still a script line.
-    EXPECT_EQ(encode_shell_request(".\n."), "+.\n-.\n.\n");
+    EXPECT_EQ(encode_shell_request(".2\n.2", 2), "+.2\n-.2\n.2\n");
 }
 
 TEST(ShellSessionCore, TrailersAndMarkersCountTheSessionsCommands) {
