@@ -49,7 +49,8 @@ KUBESANDBOX_WEAK_HANDLER void assertion_failed(char const* expr, char const* fun
     kubesandbox::detail::fail(expr, nullptr, function, file, line);
 }
 
-KUBESANDBOX_WEAK_HANDLER void assertion_failed_msg(char const* expr, char const* msg, char const* function, char const* file, long line) {
+KUBESANDBOX_WEAK_HANDLER void assertion_failed_msg(char const* expr, char const* msg, char const* function,
+                                                   char const* file, long line) {
     if (kubesandbox::detail::known_false_assertion(expr, file)) return;
     kubesandbox::detail::fail(expr, msg, function, file, line);
 }
