@@ -23,18 +23,25 @@ using namespace std::string_literals;
 asio::awaitable<int> concurrent_echoes(std::shared_ptr<RouterSandbox> sb, int n) {
     auto right = std::make_shared<int>(0);
     auto finished = std::make_shared<int>(0);
+    auto first_wrong = std::make_shared<std::string>();  // what the first wrong call gave
     auto ex = co_await asio::this_coro::executor;
     for (int i = 0; i < n; ++i) {
         asio::co_spawn(
             ex,
-            [sb, i, right, finished]() -> asio::awaitable<void> {
+            [sb, i, right, finished, first_wrong]() -> asio::awaitable<void> {
                 auto one = co_await sb->execute("echo " + std::to_string(i));
                 if (one && one->output == std::to_string(i) + "\n") ++*right;
+                else if (first_wrong->empty())
+                    *first_wrong =
+                        "call " + std::to_string(i) + ": " +
+                        (one ? "output \"" + one->output + "\", exit " + std::to_string(one->exit_code.value_or(-1))
+                             : one.error().describe());
                 ++*finished;
             },
             asio::detached);
     }
     for (int waited = 0; *finished < n && waited < 2400; ++waited) co_await test::sleep_for(50ms);
+    if (!first_wrong->empty()) ADD_FAILURE() << "of " << n << " concurrent echoes, " << *first_wrong;
     co_return *right;
 }
 
