@@ -63,16 +63,19 @@ std::string execute_body(const std::vector<std::string>& argv) {
 // execute with it (about once in 14,000 quick commands on a loaded machine). A TERM before `s=$!`
 // is recorded and acted on after it. The sleep gets KILL, not TERM: a forked child still runs
 // the parent's trap handler until it resets it, so a TERM landing there was only recorded and
-// lost at exec, leaving the sleep (about 1 in 1,200 quick commands on a loaded machine).
+// lost at exec, leaving the sleep (about 1 in 1,200 quick commands on a loaded machine). The
+// watchdog's own stderr is /dev/null, its timeout line goes out on fd 3: when the trap kills the
+// sleep just before `wait`, busybox's `wait` reports "Killed", which reached the command's
+// stderr ahead of the trailer (about once in 15,000 quick commands on a loaded machine).
 constexpr const char* watchdog_script = R"SH(m=$1; t=$2; w=
 exec 4>&1
 if [ "$t" -gt 0 ] 2>/dev/null; then
   ( k=; s=; trap 'k=1; [ -z "$s" ] || kill -KILL "$s" 2>/dev/null' TERM
-    sleep "$t" </dev/null >/dev/null 2>&1 & s=$!
+    sleep "$t" </dev/null >/dev/null 2>&1 3>&- & s=$!
     [ -n "$k" ] || wait "$s"
     if [ -n "$k" ]; then kill -KILL "$s" 2>/dev/null; exit 0; fi
-    printf '\n%s-timeout\n' "$m" >&2
-    kill -KILL 0 ) </dev/null >/dev/null 4>&- &
+    printf '\n%s-timeout\n' "$m" >&3
+    kill -KILL 0 ) </dev/null >/dev/null 3>&2 2>/dev/null 4>&- &
   w=$!
 fi
 r=$( { { { sh -c "$3" 2>&1 1>&3 3>&- 4>&- 5>&-; echo "$?" >&5; } | base64 >&2 5>&-; } 3>&1 | base64 >&4 5>&-; } 5>&1 )
