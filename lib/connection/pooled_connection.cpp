@@ -133,12 +133,14 @@ private:
                                                        std::to_string(left) + " ms)");
     }
 
-    // Records how an open went: a failure (not the request's own timeout) lengthens the pause.
+    // Records how an open went: a failure (not the request's own timeout) lengthens the pause; a
+    // success ends it, also one that a concurrent open's failure started.
     void opened(const Error* failure) {
         if (settings_.open_backoff_max.count() == 0) return;
         std::lock_guard lock(backoff_mutex_);
         if (!failure) {
             backoff_ = std::chrono::milliseconds(0);
+            retry_at_ = {};
             return;
         }
         if (failure->is(errc::timeout)) return;
