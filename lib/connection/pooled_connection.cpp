@@ -64,9 +64,10 @@ public:
                 conn = std::move(*idle);
             } else {
                 conn.generation = generation();
+                const std::uint64_t successes_before = open_successes();
                 if (auto paused = backing_off()) co_return fail(std::move(*paused));
                 auto connected = co_await open_(deadline);
-                opened(connected ? nullptr : &connected.error());
+                opened(connected ? nullptr : &connected.error(), successes_before);
                 if (!connected) {
                     Error e = connected.error();
                     // A timeout, or nothing published to connect to (a Gateway without an address), says more as it is.
@@ -133,17 +134,24 @@ private:
                                                        std::to_string(left) + " ms)");
     }
 
+    std::uint64_t open_successes() {
+        std::lock_guard lock(backoff_mutex_);
+        return open_successes_;
+    }
+
     // Records how an open went: a failure (not the request's own timeout) lengthens the pause; a
-    // success ends it, also one that a concurrent open's failure started.
-    void opened(const Error* failure) {
+    // success ends it, also one that a concurrent open's failure started. A failure of an open
+    // begun before the latest success says nothing new (an old endpoint, say): no pause.
+    void opened(const Error* failure, std::uint64_t successes_before) {
         if (settings_.open_backoff_max.count() == 0) return;
         std::lock_guard lock(backoff_mutex_);
         if (!failure) {
+            ++open_successes_;
             backoff_ = std::chrono::milliseconds(0);
             retry_at_ = {};
             return;
         }
-        if (failure->is(errc::timeout)) return;
+        if (failure->is(errc::timeout) || open_successes_ != successes_before) return;
         backoff_ = std::clamp(backoff_ * 2, std::min(settings_.open_backoff_min, settings_.open_backoff_max),
                               settings_.open_backoff_max);
         retry_at_ = steady_clock::now() + backoff_;
@@ -207,6 +215,7 @@ private:
     std::mutex backoff_mutex_;
     std::chrono::milliseconds backoff_{0};
     steady_clock::time_point retry_at_{};
+    std::uint64_t open_successes_ = 0;
     std::string last_open_error_;
 };
 

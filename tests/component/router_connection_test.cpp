@@ -255,60 +255,66 @@ TEST_F(RouterConnectionTest, FailedOpensPauseWithBackOff) {
     });
 }
 
-// An open that works ends a pause another one started: of two opens at once, one fails and then
-// the other connects. A call that then needs a connection of its own opens one at once instead of
-// failing with the old error for the rest of the pause.
-TEST_F(RouterConnectionTest, AnOpenThatWorksEndsThePauseAFailedOneStarted) {
+// Of two opens at once one fails and the other connects, in either order: the path works, so a
+// call that then needs a connection of its own opens one at once instead of failing with the old
+// error for a pause (a success ends a pause a failure began; a failure of an open begun before a
+// success starts none).
+TEST_F(RouterConnectionTest, OfTwoOpensAtOnceAFailureDoesNotPauseAPathThatWorks) {
     FakeServer server(io_, [&](const FakeRequest&) { return FakeReply(test::http_response(200, "ok")); });
-    int opens = 0;
-    PooledConnectionSettings settings;
-    settings.description = "test path";
-    settings.host = "test";
-    settings.open_backoff_min = 5000ms;
-    settings.open_backoff_max = 5000ms;
     const std::string port = server.url().substr(server.url().rfind(':') + 1);
-    StreamOpener open = [&](std::chrono::steady_clock::time_point deadline) -> asio::awaitable<Result<net::AnyStream>> {
-        const int n = ++opens;
-        // The first fails after 50 ms; the second connects after 150 ms, once the pause began.
-        asio::steady_timer t(io_, n == 1 ? 50ms : n == 2 ? 150ms : 0ms);
-        co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
-        if (n == 1) co_return fail(errc::connection_failed, "refused #1");
-        net::ConnectTarget target;
-        target.tls = false;
-        target.host = "127.0.0.1";
-        target.port = port;
-        co_return co_await net::connect(io_.get_executor(), target, deadline);
-    };
-    auto c = make_pooled_router_connection(io_.get_executor(), settings, open);
-    run([&]() -> asio::awaitable<void> {
-        std::vector<Result<unsigned>> results;
-        // Sends `n` requests at once; their results once all have ended.
-        auto at_once = [&](int n) -> asio::awaitable<void> {
-            results.clear();
-            for (int i = 0; i < n; ++i)
-                asio::co_spawn(
-                    io_,
-                    [&]() -> asio::awaitable<void> {
-                        RouterRequest r;
-                        r.target = "/x";
-                        Collect sink;
-                        results.push_back(co_await send(*c, r, sink, 2000ms));
-                    },
-                    asio::detached);
-            asio::steady_timer t(io_);
-            while (results.size() < static_cast<std::size_t>(n)) {
-                t.expires_after(10ms);
-                co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
-            }
+    for (const bool failure_first : {true, false}) {
+        SCOPED_TRACE(failure_first ? "the failure first" : "the success first");
+        io_.restart();  // the previous run stopped it
+        int opens = 0;
+        PooledConnectionSettings settings;
+        settings.description = "test path";
+        settings.host = "test";
+        settings.open_backoff_min = 5000ms;
+        settings.open_backoff_max = 5000ms;
+        // The first two opens end after 50 and 150 ms; one of them fails.
+        StreamOpener open =
+            [&](std::chrono::steady_clock::time_point deadline) -> asio::awaitable<Result<net::AnyStream>> {
+            const int n = ++opens;
+            asio::steady_timer t(io_, n == 1 ? 50ms : n == 2 ? 150ms : 0ms);
+            co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+            if (n == (failure_first ? 1 : 2)) co_return fail(errc::connection_failed, "refused");
+            net::ConnectTarget target;
+            target.tls = false;
+            target.host = "127.0.0.1";
+            target.port = port;
+            co_return co_await net::connect(io_.get_executor(), target, deadline);
         };
-        co_await at_once(2);
-        EXPECT_EQ(opens, 2);
-        EXPECT_EQ(std::count_if(results.begin(), results.end(), [](auto& r) { return r && *r == 200u; }), 1);
-        // One takes the idle connection, the other needs a new one.
-        co_await at_once(2);
-        for (auto& r : results) EXPECT_TRUE(r && *r == 200u) << (r ? "" : r.error().describe());
-        EXPECT_EQ(opens, 3);
-    });
+        auto c = make_pooled_router_connection(io_.get_executor(), settings, open);
+        run([&]() -> asio::awaitable<void> {
+            std::vector<Result<unsigned>> results;
+            // Sends `n` requests at once; their results once all have ended.
+            auto at_once = [&](int n) -> asio::awaitable<void> {
+                results.clear();
+                for (int i = 0; i < n; ++i)
+                    asio::co_spawn(
+                        io_,
+                        [&]() -> asio::awaitable<void> {
+                            RouterRequest r;
+                            r.target = "/x";
+                            Collect sink;
+                            results.push_back(co_await send(*c, r, sink, 2000ms));
+                        },
+                        asio::detached);
+                asio::steady_timer t(io_);
+                while (results.size() < static_cast<std::size_t>(n)) {
+                    t.expires_after(10ms);
+                    co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+                }
+            };
+            co_await at_once(2);
+            EXPECT_EQ(opens, 2);
+            EXPECT_EQ(std::count_if(results.begin(), results.end(), [](auto& r) { return r && *r == 200u; }), 1);
+            // One takes the idle connection, the other needs a new one.
+            co_await at_once(2);
+            for (auto& r : results) EXPECT_TRUE(r && *r == 200u) << (r ? "" : r.error().describe());
+            EXPECT_EQ(opens, 3);
+        });
+    }
 }
 
 // A probe: 2xx is healthy; any other answer is a typed error that also drops the idle
