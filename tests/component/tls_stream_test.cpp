@@ -48,6 +48,31 @@ std::string pattern(std::size_t n, unsigned seed) {
     return s;
 }
 
+// What a read cut by its deadline, and the operations after it, gave.
+struct PastDeadline {
+    error_code read, write, after_close;
+    std::size_t got = 1;
+    std::chrono::steady_clock::duration took{};
+};
+
+// Reads a byte that never comes with a 200 ms deadline, then writes, closes and reads again.
+asio::awaitable<PastDeadline> read_past_deadline(AnyStream& client) {
+    PastDeadline r;
+    char c;
+    const auto start = std::chrono::steady_clock::now();
+    client.expires_after(200ms);
+    auto [e, n] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
+    r.took = std::chrono::steady_clock::now() - start;
+    r.read = e;
+    r.got = n;
+    auto [w, wn] = co_await client.async_write_some(asio::buffer(std::string("late")), use_tuple);
+    r.write = w;
+    client.close();
+    auto [l, ln] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
+    r.after_close = l;
+    co_return r;
+}
+
 class TlsStreamTest : public ::testing::Test {
 protected:
     void SetUp() override {
@@ -239,16 +264,11 @@ TEST_F(TlsStreamTest, ADeadlineEndsAPendingReadAndEveryLaterOperationFails) {
         co_await sleep_for(100ms);
         alive_with_bytes = client.idle_alive();  // unread bytes on an idle connection: not reusable
         co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
-        const auto start = std::chrono::steady_clock::now();
-        client.expires_after(200ms);
-        auto [e, n] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
-        took = std::chrono::steady_clock::now() - start;
-        rec = e;
-        auto [w, wn] = co_await client.async_write_some(asio::buffer(std::string("late")), use_tuple);
-        wec = w;
-        client.close();
-        auto [l, ln] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
-        later = l;
+        const PastDeadline past = co_await read_past_deadline(client);
+        took = past.took;
+        rec = past.read;
+        wec = past.write;
+        later = past.after_close;
     });
     EXPECT_TRUE(alive_before);
     EXPECT_FALSE(alive_with_bytes);
@@ -356,17 +376,12 @@ TEST(TcpStream, ADeadlineAbortsAPendingReadWithTwoThreadsRunning) {
             auto [e0, n0] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
             EXPECT_FALSE(e0);
             EXPECT_EQ(n0, 1u);
-            const auto start = std::chrono::steady_clock::now();
-            client.expires_after(200ms);
-            auto [e, n] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
-            took = std::chrono::steady_clock::now() - start;
-            rec = e;
-            got = n;
-            auto [w, wn] = co_await client.async_write_some(asio::buffer(std::string("late")), use_tuple);
-            wec = w;
-            client.close();
-            auto [l, ln] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
-            later = l;
+            const PastDeadline past = co_await read_past_deadline(client);
+            took = past.took;
+            rec = past.read;
+            got = past.got;
+            wec = past.write;
+            later = past.after_close;
         },
         [&](std::exception_ptr) {
             done = true;

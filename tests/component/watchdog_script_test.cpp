@@ -100,17 +100,26 @@ TEST(WatchdogScript, QuickCommandsLeaveNoSleepBehindUnderLoad) {
     // A timeout no other process on the machine uses, so its sleeps are ours alone.
     const std::int64_t timeout = 900000 + getpid() % 90000;
     constexpr int workers = 4, runs_each = 750;
-    std::atomic<int> wrong_status{0};
+    std::atomic<int> wrong_status{0}, wrong_stderr{0};
     std::vector<std::thread> threads;
     for (int w = 0; w < workers; ++w) {
-        threads.emplace_back([&] {
+        threads.emplace_back([&, w] {
             auto argv = rp::execute_argv("exit 3", "M", timeout);
-            for (int i = 0; i < runs_each; ++i)
-                if (run_quietly(argv) != 3) ++wrong_status;
+            const auto err_path = std::filesystem::temp_directory_path() /
+                                  ("watchdog-quick-" + std::to_string(getpid()) + "-" + std::to_string(w));
+            for (int i = 0; i < runs_each; ++i) {
+                if (run_quietly(argv, err_path.c_str()) != 3) ++wrong_status;
+                // Nothing but the trailer: no shell's report of a job reaches the stream.
+                std::ifstream in(err_path);
+                std::string err((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+                if (err != "\nM-base64 3\n") ++wrong_stderr;
+            }
+            std::filesystem::remove(err_path);
         });
     }
     for (auto& t : threads) t.join();
     EXPECT_EQ(wrong_status.load(), 0);
+    EXPECT_EQ(wrong_stderr.load(), 0);
     auto left = sleepers(timeout);
     EXPECT_TRUE(left.empty()) << left.size() << " watchdog sleeps left after " << workers * runs_each << " commands";
     for (pid_t pid : left) kill(pid, SIGKILL);
