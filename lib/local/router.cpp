@@ -169,9 +169,9 @@ struct SandboxRouter::Impl : std::enable_shared_from_this<Impl> {
         res.keep_alive(keep_alive);
         res.body().data = nullptr;
         res.body().more = !parser.is_done();
+        // The head goes out with the first piece of the body (one write, one segment for a small
+        // response: a client then wakes once, not twice).
         http::response_serializer<http::buffer_body> serializer{res};
-        auto [hec, hn] = co_await http::async_write_header(client, serializer, tuple_awaitable);
-        if (hec) co_return false;
         char chunk[64 * 1024];
         while (!parser.is_done()) {
             parser.get().body().data = chunk;

@@ -18,6 +18,10 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
+#include <set>
+
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -56,6 +60,36 @@ TEST(JsonAccess, MissingAndMistypedFieldsReadEmpty) {
     EXPECT_EQ(util::object_at(o, "n"), nullptr);
     boost::json::object empty;
     EXPECT_TRUE(util::metadata_of(empty).empty());
+}
+
+// Small requests come from a per-thread pool: across many refills no value comes out twice, and
+// a forked child does not hand out the bytes its parent will.
+TEST(Random, SmallValuesFromThePoolAreNeverRepeatedNotEvenAcrossAFork) {
+    std::set<std::string> seen;
+    for (int i = 0; i < 20000; ++i) seen.insert(util::random_hex(8));
+    EXPECT_EQ(seen.size(), 20000u);
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        const std::string mine = util::random_hex(8);
+        [[maybe_unused]] auto w = ::write(fds[1], mine.data(), mine.size());
+        ::_exit(0);
+    }
+    ::close(fds[1]);
+    char buf[16] = {};
+    std::size_t got = 0;
+    while (got < sizeof buf) {
+        const ssize_t n = ::read(fds[0], buf + got, sizeof buf - got);
+        if (n <= 0) break;
+        got += static_cast<std::size_t>(n);
+    }
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    ASSERT_EQ(got, sizeof buf);
+    EXPECT_NE(std::string(buf, sizeof buf), util::random_hex(8));
 }
 
 TEST(Random, HexAndAlphabet) {
