@@ -2,7 +2,8 @@
 // downloaded file. Past a few MiB each larger buffer is taken before its pages are touched and
 // marked for transparent huge pages (the kernel's default is "madvise"), so filling it costs a
 // page fault per 2 MiB instead of one per 4 KiB; on a VM each fault costs microseconds, and a
-// 100 MB download spent most of its CPU in them. Growth stays geometric.
+// 100 MB download spent most of its CPU in them. Growth stays geometric; a capped string takes its
+// cap at once (see append_capped).
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
 // util::append_large: growing past its threshold in pieces of every size keeps every byte in
-// order, and small strings stay plain appends.
+// order, and small strings stay plain appends; append_capped takes its cap once.
 #include "util/large_string.hpp"
 
 #include <gtest/gtest.h>
@@ -26,6 +26,34 @@ TEST(LargeString, AppendsAcrossTheThresholdKeepEveryByteInOrder) {
     }
     EXPECT_TRUE(grown == expected);
     EXPECT_GE(grown.capacity(), grown.size());
+}
+
+// A capped string past the threshold takes its cap at once (never moved again) and stops there;
+// a cap above 1 GiB keeps geometric growth.
+TEST(LargeString, ACappedStringTakesItsCapOnceAndStopsThere) {
+    constexpr std::size_t cap = 24u << 20;
+    std::string s, expected;
+    bool truncated = false;
+    unsigned seed = 0;
+    const char* moved_from = nullptr;
+    for (int i = 0; i < 30; ++i) {
+        const std::string p = piece(1u << 20, ++seed);
+        kubesandbox::util::append_capped(s, p, cap, truncated);
+        if (expected.size() < cap) expected += p.substr(0, cap - expected.size());
+        if (s.size() > (4u << 20)) {
+            EXPECT_EQ(s.capacity(), cap);
+            if (!moved_from) moved_from = s.data();
+            EXPECT_EQ(s.data(), moved_from) << "moved after taking its cap, at " << s.size();
+        }
+    }
+    EXPECT_TRUE(truncated);
+    EXPECT_EQ(s.size(), cap);
+    EXPECT_TRUE(s == expected);
+    std::string uncapped;
+    bool never = false;
+    kubesandbox::util::append_capped(uncapped, piece(5u << 20, 1), std::size_t{4} << 30, never);
+    EXPECT_FALSE(never);
+    EXPECT_LT(uncapped.capacity(), std::size_t{1} << 30);
 }
 
 TEST(LargeString, SmallStringsGrowAsUsual) {
