@@ -18,6 +18,18 @@ namespace {
 
 constexpr const char* hex_digits = "0123456789abcdef";
 
+// All `size` bytes from the kernel's CSPRNG, or false.
+bool kernel_random(unsigned char* data, std::size_t size) {
+    std::size_t got = 0;
+    while (got < size) {
+        ssize_t n = ::getrandom(data + got, size - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        got += static_cast<std::size_t>(n);
+    }
+    return true;
+}
+
 // Bumped in a forked child: its copy of a thread's pool is the parent's, so it must not be used.
 std::atomic<unsigned> fork_generation{0};
 const bool fork_handler_installed = [] {
@@ -42,13 +54,7 @@ bool take_from_pool(unsigned char* data, std::size_t size) {
         pool.generation = generation;
     }
     if (pool.left < size) {
-        std::size_t got = 0;
-        while (got < sizeof pool.bytes) {
-            ssize_t n = ::getrandom(pool.bytes + got, sizeof pool.bytes - got, 0);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) return false;
-            got += static_cast<std::size_t>(n);
-        }
+        if (!kernel_random(pool.bytes, sizeof pool.bytes)) return false;
         pool.left = sizeof pool.bytes;
     }
     // Taken from the end, and wiped: no byte is handed out twice.
@@ -64,14 +70,7 @@ void fill_random(unsigned char* data, std::size_t size) {
     if (take_from_pool(data, size)) return;
     // The kernel's CSPRNG first: one syscall, where OpenSSL's DRBG costs ~20 µs per call (locks,
     // per-thread set-up), which showed in every execute's marker.
-    std::size_t got = 0;
-    while (got < size) {
-        ssize_t n = ::getrandom(data + got, size - got, 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        got += static_cast<std::size_t>(n);
-    }
-    if (got == size) return;
+    if (kernel_random(data, size)) return;
     if (RAND_bytes(data, static_cast<int>(size)) == 1) return;
     // OpenSSL's generator failing is near impossible; names must still be made.
     auto t = static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count());

@@ -57,6 +57,15 @@ protected:
                                            std::chrono::milliseconds within) {
         co_return co_await c.impl().send(std::move(r), std::chrono::steady_clock::now() + within, sink);
     }
+    // A plain TCP connection to 127.0.0.1:port, as a test's own StreamOpener makes one.
+    asio::awaitable<Result<net::AnyStream>> connect_plain(std::string port,
+                                                          std::chrono::steady_clock::time_point deadline) {
+        net::ConnectTarget target;
+        target.tls = false;
+        target.host = "127.0.0.1";
+        target.port = std::move(port);
+        co_return co_await net::connect(io_.get_executor(), target, deadline);
+    }
     template <class F>
     void run(F body) {
         kubesandbox::test::run_coroutine_test(io_, body, 20s);
@@ -214,11 +223,7 @@ TEST_F(RouterConnectionTest, FailedOpensPauseWithBackOff) {
     StreamOpener open = [&](std::chrono::steady_clock::time_point deadline) -> asio::awaitable<Result<net::AnyStream>> {
         ++opens;
         if (failing-- > 0) co_return fail(errc::connection_failed, "refused #" + std::to_string(opens));
-        net::ConnectTarget target;
-        target.tls = false;
-        target.host = "127.0.0.1";
-        target.port = port;
-        co_return co_await net::connect(io_.get_executor(), target, deadline);
+        co_return co_await connect_plain(port, deadline);
     };
     auto c = make_pooled_router_connection(io_.get_executor(), settings, open);
     run([&]() -> asio::awaitable<void> {
@@ -278,11 +283,7 @@ TEST_F(RouterConnectionTest, OfTwoOpensAtOnceAFailureDoesNotPauseAPathThatWorks)
             asio::steady_timer t(io_, n == 1 ? 50ms : n == 2 ? 150ms : 0ms);
             co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
             if (n == (failure_first ? 1 : 2)) co_return fail(errc::connection_failed, "refused");
-            net::ConnectTarget target;
-            target.tls = false;
-            target.host = "127.0.0.1";
-            target.port = port;
-            co_return co_await net::connect(io_.get_executor(), target, deadline);
+            co_return co_await connect_plain(port, deadline);
         };
         auto c = make_pooled_router_connection(io_.get_executor(), settings, open);
         run([&]() -> asio::awaitable<void> {
