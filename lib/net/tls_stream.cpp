@@ -14,9 +14,12 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <string>
+#include <utility>
 
 namespace kubesandbox::net {
 
@@ -24,11 +27,16 @@ namespace {
 
 using tcp = asio::ip::tcp;
 
-// What the BIO works on: the socket (its descriptor looked up at every call) and the errno of
-// its last failed call, kept here because OpenSSL may change errno before we look.
+// What the BIO works on: the socket (its descriptor looked up at every call), the errno of its
+// last failed call (kept here because OpenSSL may change errno before we look), and the records
+// of a write batch not yet sent.
 struct BioState {
     tcp::socket* socket;
     int last_errno{0};
+    bool collect{false};  // a write batch is being encrypted: its records go to `out`
+    std::string out;      // encrypted records waiting to be sent, from out_sent on
+    std::size_t out_sent{0};
+    bool out_pending() const noexcept { return out_sent < out.size(); }
 };
 
 BioState& state_of(BIO* bio) { return *static_cast<BioState*>(BIO_get_data(bio)); }
@@ -39,6 +47,12 @@ BioState& state_of(BIO* bio) { return *static_cast<BioState*>(BIO_get_data(bio))
 int bio_write(BIO* bio, const char* data, int len) {
     BioState& st = state_of(bio);
     BIO_clear_retry_flags(bio);
+    // A record SSL_read writes while a batch's records are still queued (an alert such as
+    // no_renegotiation) queues behind them: records must leave in the order they were sealed.
+    if (st.collect || st.out_pending()) {
+        st.out.append(data, static_cast<std::size_t>(len));
+        return len;
+    }
     ssize_t n;
     do n = ::send(st.socket->native_handle(), data, static_cast<std::size_t>(len), MSG_NOSIGNAL);
     while (n < 0 && errno == EINTR);
@@ -171,7 +185,10 @@ public:
                      SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
         // A renegotiation arriving while a record of ours is half sent would fail our next write.
         SSL_set_options(ssl_.get(), SSL_OP_NO_RENEGOTIATION);
-        SSL_set_read_ahead(ssl_.get(), 1);  // a record per recv, not a header and then its body
+        // Read-ahead: one recv takes a record whole (not a header and then its body), and up to
+        // four when they are there. The buffer is released while empty (SSL_MODE_RELEASE_BUFFERS).
+        SSL_set_read_ahead(ssl_.get(), 1);
+        SSL_set_default_read_buffer_len(ssl_.get(), read_buffer_size);
         if (client) SSL_set_connect_state(ssl_.get());
         else SSL_set_accept_state(ssl_.get());
     }
@@ -199,39 +216,51 @@ public:
 
     asio::any_io_executor executor() override { return socket_.get_executor(); }
 
+    // SSL_read gives at most one record; records already received (read-ahead takes up to four per
+    // recv) are decrypted into the same call, so a 64 KiB message costs one completion, not four.
+    // An incomplete record stops the loop; an end or error after the first record is kept for the
+    // next call, so the bytes before it come first.
     void read_some(asio::mutable_buffer b, IoHandler h) override {
         start<true, false>(std::move(h), [b](TlsImpl& t) -> Step {
             if (b.size() == 0) return {};
-            return t.call([&](std::size_t& n) { return SSL_read_ex(t.ssl_.get(), b.data(), b.size(), &n); });
+            if (t.read_error_) return {Step::done, std::exchange(t.read_error_, {})};
+            auto* data = static_cast<unsigned char*>(b.data());
+            Step first = t.call([&](std::size_t& n) { return SSL_read_ex(t.ssl_.get(), data, b.size(), &n); });
+            while (first.want == Step::done && !first.ec && first.n < b.size() && SSL_has_pending(t.ssl_.get())) {
+                Step more = t.call(
+                    [&](std::size_t& n) { return SSL_read_ex(t.ssl_.get(), data + first.n, b.size() - first.n, &n); });
+                if (more.want != Step::done) break;
+                if (more.ec) {
+                    t.read_error_ = more.ec;
+                    break;
+                }
+                first.n += more.n;
+            }
+            return first;
         });
     }
 
+    // Up to four records are sealed at once and leave in one send (a 64 KiB message was four
+    // sends and four completions). An HTTP head in several buffers still goes in one record. The
+    // write completes once all of its records are sent.
     void write_some(const ConstBufferList& buffers, IoHandler h) override {
-        // TLS needs one contiguous span: an HTTP head in several buffers is copied into one (up
-        // to a record), so it still leaves in one record and one send.
-        struct Span {
-            const void* data{nullptr};
-            std::size_t size{0};
-            std::unique_ptr<char[]> owned{};
-        } span;
-        if (buffers.count > 0) {
-            span.data = buffers.items[0].data();
-            span.size = buffers.items[0].size();
-        }
-        if (buffers.count > 1 && span.size < record_size) {
-            const ConstBufferList head = buffers.prefix(record_size);
-            span.size = head.bytes();
-            span.owned = std::make_unique<char[]>(span.size);
-            std::size_t at = 0;
-            for (const auto& b : head) {
-                std::memcpy(span.owned.get() + at, b.data(), b.size());
-                at += b.size();
+        struct Batch {
+            bool sealed{false};
+            std::size_t taken{0};  // plaintext bytes SSL took
+        };
+        start<true, true>(std::move(h), [buffers, batch = Batch{}](TlsImpl& t) mutable -> Step {
+            if (!batch.sealed) {
+                Step stop = t.seal(buffers, batch.taken);
+                if (batch.taken == 0 && (stop.ec || stop.want != Step::done)) {
+                    if (stop.ec) return stop;
+                    if (Step sent = t.send_out(); sent.ec || sent.want != Step::done) return sent;
+                    return stop;  // SSL wants the socket first; seal again then
+                }
+                batch.sealed = true;
             }
-            span.data = span.owned.get();
-        }
-        start<true, true>(std::move(h), [span = std::move(span)](TlsImpl& t) -> Step {
-            if (span.size == 0) return {};
-            return t.call([&](std::size_t& n) { return SSL_write_ex(t.ssl_.get(), span.data, span.size, &n); });
+            Step sent = t.send_out();
+            if (sent.want == Step::done && !sent.ec) sent.n = batch.taken;
+            return sent;
         });
     }
 
@@ -308,6 +337,9 @@ private:
     friend struct TlsOp;
 
     static constexpr std::size_t record_size = 16 * 1024;
+    static constexpr std::size_t batch_records = 4;
+    static constexpr std::size_t kept_out_capacity = 4 * 1024;
+    static constexpr std::size_t read_buffer_size = 4 * (record_size + 256);  // a record's overhead is < 256
     static constexpr std::size_t linger_bytes = 1024 * 1024;
 
     struct SslFree {
@@ -317,6 +349,61 @@ private:
     void shutdown_send() {
         error_code ignored;
         socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    }
+
+    // Seals up to `batch_records` records of plaintext from `buffers` into bio_state_.out and
+    // counts what SSL took in `taken`; returns how the last SSL_write ended. A record's plaintext
+    // is passed in place when one buffer holds it, else gathered from the next buffers.
+    Step seal(const ConstBufferList& buffers, std::size_t& taken) {
+        const std::size_t total = buffers.bytes();
+        BioState& st = bio_state_;
+        st.out.reserve(st.out.size() + std::min(total, batch_records * record_size) + batch_records * 64);
+        st.collect = true;
+        Step last{};
+        std::size_t index = 0, offset = 0;  // the next plaintext byte: buffers.items[index] + offset
+        char gathered[record_size];
+        for (std::size_t r = 0; r < batch_records && taken < total; ++r) {
+            while (buffers.items[index].size() == offset) ++index, offset = 0;
+            const auto* at = static_cast<const char*>(buffers.items[index].data()) + offset;
+            std::size_t len = std::min(record_size, buffers.items[index].size() - offset);
+            if (len < record_size && index + 1 < buffers.count) {
+                len = 0;
+                for (std::size_t i = index, skip = offset; i < buffers.count && len < record_size; ++i, skip = 0) {
+                    const std::size_t part = std::min(record_size - len, buffers.items[i].size() - skip);
+                    std::memcpy(gathered + len, static_cast<const char*>(buffers.items[i].data()) + skip, part);
+                    len += part;
+                }
+                at = gathered;
+            }
+            last = call([&](std::size_t& n) { return SSL_write_ex(ssl_.get(), at, len, &n); });
+            if (last.want != Step::done || last.ec) break;
+            taken += last.n;
+            for (std::size_t left = last.n; left > 0;) {
+                const std::size_t step = std::min(left, buffers.items[index].size() - offset);
+                offset += step;
+                left -= step;
+                if (offset == buffers.items[index].size() && left > 0) ++index, offset = 0;
+            }
+        }
+        st.collect = false;
+        return last;
+    }
+
+    // Sends the queued records; want_write while the socket takes no more.
+    Step send_out() {
+        BioState& st = bio_state_;
+        while (st.out_pending()) {
+            const ssize_t n =
+                ::send(socket_.native_handle(), st.out.data() + st.out_sent, st.out.size() - st.out_sent, MSG_NOSIGNAL);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return {Step::want_write};
+            if (n < 0) return {Step::done, error_code(errno, boost::system::system_category())};
+            st.out_sent += static_cast<std::size_t>(n);
+        }
+        st.out_sent = 0;
+        if (st.out.capacity() > kept_out_capacity) std::string().swap(st.out);  // idle streams stay small
+        else st.out.clear();
+        return {};
     }
 
     // One SSL call with the thread's error queue cleared before and after, and the BIO's errno.
@@ -340,9 +427,10 @@ private:
     }
 
     tcp::socket socket_;
-    BioState bio_state_{&socket_};
+    BioState bio_state_{&socket_, 0, false, {}, 0};
     std::unique_ptr<SSL, SslFree> ssl_;
     error_code broken_{};          // set up failed, or a write was cut short: every operation fails with this
+    error_code read_error_{};      // met after the bytes a read returned; the next read reports it
     std::mutex descriptor_mutex_;  // the deadline's shutdown against the owner's close
     bool expired_{false};          // written under descriptor_mutex_; read on the strand after a wake-up
     std::shared_ptr<int> alive_ = std::make_shared<int>(0);

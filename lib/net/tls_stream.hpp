@@ -3,7 +3,9 @@
 // ssl::stream instead stages every byte through a memory BIO pair and two buffers of its own:
 // about 70 KiB per connection allocated up front and two extra copies of each byte. Here a
 // connection holds the SSL object alone while it waits (SSL_MODE_RELEASE_BUFFERS gives the
-// record buffers back whenever they are empty).
+// record buffers back whenever they are empty, and a write batch's buffer past 4 KiB goes back
+// once sent). Writes seal up to four records and send them at once; reads take every record
+// already received.
 #pragma once
 
 #include "net/any_stream.hpp"
