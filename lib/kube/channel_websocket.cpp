@@ -4,16 +4,72 @@
 #include "proto/status.hpp"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/websocket.hpp>
 
 #include <algorithm>
+#include <cstdint>
 
 namespace kubesandbox::kube {
 
 namespace asio = boost::asio;
 namespace http = boost::beast::http;
 namespace websocket = boost::beast::websocket;
+
+struct ChannelKeepAlive::State : std::enable_shared_from_this<State> {
+    State(ChannelWebSocket& ws_, asio::any_io_executor strand, std::chrono::steady_clock::duration period_)
+        : ws(&ws_), timer(std::move(strand)), period(period_), seen(ws_.next_layer().reads_started()) {}
+
+    ChannelWebSocket* ws;  // null once stopped
+    asio::steady_timer timer;
+    std::chrono::steady_clock::duration period;
+    std::uint64_t seen;
+    int quiet_periods{0};
+    bool pinging{false};
+    bool timed_out{false};
+
+    void arm() {
+        timer.expires_after(period);
+        timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+            if (!ec) self->tick();
+        });
+    }
+
+    void tick() {
+        if (!ws) return;
+        const std::uint64_t reads = ws->next_layer().reads_started();
+        if (reads != seen) {
+            seen = reads;
+            quiet_periods = 0;
+        } else if (++quiet_periods >= 2) {
+            timed_out = true;
+            ws->next_layer().close();
+            return;
+        } else if (!pinging) {
+            pinging = true;
+            ws->async_ping(
+                {}, asio::bind_executor(timer.get_executor(), [self = shared_from_this()](boost::system::error_code) {
+                    self->pinging = false;
+                }));
+        }
+        arm();
+    }
+};
+
+ChannelKeepAlive::ChannelKeepAlive(ChannelWebSocket& ws, asio::any_io_executor strand,
+                                   std::chrono::steady_clock::duration period)
+    : state_(std::make_shared<State>(ws, std::move(strand), period)) {
+    state_->arm();
+}
+
+ChannelKeepAlive::~ChannelKeepAlive() {
+    state_->ws = nullptr;
+    state_->timer.cancel();
+}
+
+bool ChannelKeepAlive::timed_out() const noexcept { return state_->timed_out; }
 
 asio::awaitable<Result<ChannelSession>> open_channel_websocket(KubeClient::Impl& client, std::string target,
                                                                std::vector<std::string> protocols) {
@@ -41,8 +97,8 @@ asio::awaitable<Result<ChannelSession>> open_channel_websocket(KubeClient::Impl&
             }));
         websocket::stream_base::timeout timeouts{};
         timeouts.handshake_timeout = client.options.request_timeout;
-        timeouts.idle_timeout = std::chrono::seconds(60);  // pings every 30 s keep it alive
-        timeouts.keep_alive_pings = true;
+        timeouts.idle_timeout = websocket::stream_base::none();  // ChannelKeepAlive's job
+        timeouts.keep_alive_pings = false;
         ws->set_option(timeouts);
         ws->binary(true);
         ws->auto_fragment(false);  // the API server treats every frame as a message

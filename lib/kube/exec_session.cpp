@@ -203,6 +203,7 @@ asio::awaitable<Result<ExecOutcome>> run_on_strand(std::shared_ptr<KubeClient::I
         });
     }
 
+    ChannelKeepAlive keep_alive(ws, co_await asio::this_coro::executor);
     std::string status;
     ReadResult read;
     if (target.stdin) {
@@ -216,6 +217,9 @@ asio::awaitable<Result<ExecOutcome>> run_on_strand(std::shared_ptr<KubeClient::I
     watch->done = true;
     timer->cancel();
     ws.next_layer().close();
+    if (keep_alive.timed_out() && read.error)
+        read.error =
+            make_error(errc::connection_closed, "exec connection lost: the server went silent (no answer to a ping)");
     if (options.stop_at_cap && (out.stdout_truncated || out.stderr_truncated)) co_return out;
     if (watch->timed_out) {
         out.timed_out = true;

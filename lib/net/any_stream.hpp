@@ -16,6 +16,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -81,6 +82,9 @@ public:
         // A plain TCP stream's socket: reads and writes go to it directly, with the caller's
         // own handler (no type-erased handler, executor and work to allocate per operation).
         virtual PlainSocket plain_socket() noexcept { return {}; }
+        // Reads begun on this stream, for a keep-alive: a reader begins the next read once the
+        // last one brought bytes. Counted on the stream's strand.
+        std::uint64_t reads_started{0};
     };
 
     using executor_type = asio::any_io_executor;
@@ -101,6 +105,7 @@ public:
     executor_type get_executor() { return impl_->executor(); }
     bool idle_alive() { return impl_ && impl_->idle_alive(); }
     bool is_tls() const noexcept { return impl_->is_tls(); }
+    std::uint64_t reads_started() const noexcept { return impl_ ? impl_->reads_started : 0; }
 
     // Socket-level backstop deadline for every pending and future operation (beast::tcp_stream).
     void expires_after(std::chrono::steady_clock::duration d) { impl_->expires_after(d); }
@@ -113,6 +118,7 @@ public:
     auto async_read_some(const MutableBufferSequence& buffers, Token&& token) {
         return asio::async_initiate<Token, void(error_code, std::size_t)>(
             [](auto handler, Impl* impl, asio::mutable_buffer b) {
+                ++impl->reads_started;
                 if (auto plain = impl->plain_socket(); plain.socket)
                     plain.socket->async_read_some(
                         b, ExpiryAware<decltype(handler)>{std::move(handler), std::move(plain.expired)});

@@ -18,6 +18,7 @@
 
 #include <array>
 #include <atomic>
+#include <optional>
 
 namespace kubesandbox::sandbox {
 
@@ -59,6 +60,7 @@ struct ShellSession::Private : std::enable_shared_from_this<ShellSession::Privat
 
     asio::strand<asio::any_io_executor> strand;
     std::unique_ptr<kube::ChannelWebSocket> ws;
+    std::optional<kube::ChannelKeepAlive> keep_alive;  // while the reader runs; stopped on the strand
     bool v5{};
     DriverHello hello;
     Command* current{};  // on the strand only
@@ -102,6 +104,7 @@ struct ShellSession::Private : std::enable_shared_from_this<ShellSession::Privat
 
     void broke(Error why) {
         open = false;
+        keep_alive.reset();
         disarm_idle_timer();
         end_timer.cancel();
         if (current) finish(*current, std::move(why));
@@ -135,7 +138,10 @@ struct ShellSession::Private : std::enable_shared_from_this<ShellSession::Privat
             auto [ec, n] = co_await self->ws->async_read(buffer, use_tuple);
             (void)n;
             if (ec) {
-                Error lost = make_error(errc::connection_closed, "the sandbox's shell session ended: " + ec.message());
+                const bool silent = self->keep_alive && self->keep_alive->timed_out();
+                Error lost = make_error(errc::connection_closed,
+                                        silent ? "the sandbox's shell session went silent: no answer to a ping"
+                                               : "the sandbox's shell session ended: " + ec.message());
                 lost.lower_code = ec;
                 self->broke(std::move(lost));
                 break;
@@ -287,6 +293,7 @@ asio::awaitable<Result<std::shared_ptr<ShellSession>>> ShellSession::open(std::s
             state->ws->next_layer().close();
             co_return fail(std::move(*failure));
         }
+        state->keep_alive.emplace(*state->ws, state->strand);
         asio::co_spawn(state->strand, Private::read_loop(state), asio::detached);
         co_return std::make_shared<ShellSession>(state);
     };
