@@ -6,10 +6,13 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 
 namespace kubesandbox::cli {
 
@@ -68,11 +71,33 @@ std::vector<std::string> paths_of(const std::optional<std::vector<FileInfo>>& in
 
 }  // namespace
 
+std::optional<std::string> read_all(int fd) {
+    // Straight into the string in large reads: a stream iterator goes byte by byte, which made
+    // `cp` of 200 MB spend longer reading the file than sending it.
+    struct stat st {};
+    std::string data;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
+        data.reserve(static_cast<std::size_t>(st.st_size));
+    constexpr std::size_t chunk = 1 << 20;
+    for (;;) {
+        const std::size_t at = data.size();
+        data.resize(at + chunk);
+        const ssize_t n = ::read(fd, data.data() + at, chunk);
+        if (n < 0 && errno == EINTR) {
+            data.resize(at);
+            continue;
+        }
+        if (n < 0) return std::nullopt;
+        data.resize(at + static_cast<std::size_t>(n));
+        if (n == 0) return data;
+    }
+}
+
 std::optional<std::string> read_local_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return std::nullopt;
-    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) return std::nullopt;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return std::nullopt;
+    auto data = read_all(fd);
+    ::close(fd);
     return data;
 }
 

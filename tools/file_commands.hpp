@@ -25,7 +25,9 @@ struct FileCommand {
 
 bool is_file_command(std::string_view name);
 
-// A local file's bytes, or nothing when it cannot be read.
+// Everything an open descriptor (a file, a pipe, stdin) gives until its end, or nothing on a
+// read error; and a local file's bytes, or nothing when it cannot be read.
+std::optional<std::string> read_all(int fd);
 std::optional<std::string> read_local_file(const std::string& path);
 
 // A usage problem with the arguments, or nothing. Reads --old-file/--new-file into `args`.

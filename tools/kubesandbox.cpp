@@ -32,7 +32,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -401,8 +400,12 @@ int main(int argc, char** argv) {
         return 2;
     }
     if (a.command == "write") {
-        std::string in((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-        a.file.input = std::move(in);
+        auto in = cli::read_all(STDIN_FILENO);
+        if (!in) {
+            std::cerr << "kubesandbox: cannot read stdin\n";
+            return 1;
+        }
+        a.file.input = std::move(*in);
     }
 
     std::filesystem::path local_dir;

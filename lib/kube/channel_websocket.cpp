@@ -104,8 +104,8 @@ asio::awaitable<Result<ChannelSession>> open_channel_websocket(KubeClient::Impl&
         ws->auto_fragment(false);  // the API server treats every frame as a message
         ws->read_message_max(64 * 1024 * 1024);
         // A client masks what it sends through this buffer (taken at the first write only): a
-        // 32 KiB stdin message then leaves in one TLS write, not eight 4 KiB records.
-        ws->write_buffer_bytes(36 * 1024);
+        // 64 KiB stdin message then leaves in one TLS write, not sixteen 4 KiB records.
+        ws->write_buffer_bytes(64 * 1024);
 
         websocket::response_type res;
         const std::string target_path = client.full_target(target);
