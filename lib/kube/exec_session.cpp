@@ -219,9 +219,12 @@ asio::awaitable<Result<ExecOutcome>> run_on_strand(std::shared_ptr<KubeClient::I
     watch->done = true;
     timer->cancel();
     ws.next_layer().close();
-    if (keep_alive.timed_out() && read.error)
-        read.error =
+    if (keep_alive.timed_out() && read.error) {
+        Error silent =
             make_error(errc::connection_closed, "exec connection lost: the server went silent (no answer to a ping)");
+        silent.lower_code = read.error->lower_code;
+        read.error = std::move(silent);
+    }
     if (options.stop_at_cap && (out.stdout_truncated || out.stderr_truncated)) co_return out;
     if (watch->timed_out) {
         out.timed_out = true;

@@ -319,7 +319,10 @@ public:
     }
     void expires_after(std::chrono::steady_clock::duration d) override { deadline_.arm(d); }
     void expires_never() override { deadline_.disarm(); }
-    bool idle_alive() override { return socket_idle_alive(socket_) && !(ssl_ && SSL_has_pending(ssl_.get())); }
+    // An end a read already took in (read_error_) counts like bytes still buffered.
+    bool idle_alive() override {
+        return socket_idle_alive(socket_) && !read_error_ && !(ssl_ && SSL_has_pending(ssl_.get()));
+    }
     bool is_tls() const noexcept override { return true; }
 
 private:
@@ -397,7 +400,14 @@ private:
                 ::send(socket_.native_handle(), st.out.data() + st.out_sent, st.out.size() - st.out_sent, MSG_NOSIGNAL);
             if (n < 0 && errno == EINTR) continue;
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return {Step::want_write};
-            if (n < 0) return {Step::done, error_code(errno, boost::system::system_category())};
+            if (n < 0) {
+                // Part of a record may have gone: nothing more can follow on this connection, and
+                // records queued behind must not pass for sent.
+                broken_ = error_code(errno, boost::system::system_category());
+                st.out_sent = 0;
+                std::string().swap(st.out);
+                return {Step::done, broken_};
+            }
             st.out_sent += static_cast<std::size_t>(n);
         }
         st.out_sent = 0;
