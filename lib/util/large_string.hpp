@@ -1,9 +1,6 @@
 // Appending to a string that may grow to hundreds of megabytes: collected command output, a
-// downloaded file. Past a few MiB each larger buffer is taken before its pages are touched and
-// marked for transparent huge pages (the kernel's default is "madvise"), so filling it costs a
-// page fault per 2 MiB instead of one per 4 KiB; on a VM each fault costs microseconds, and a
-// 100 MB download spent most of its CPU in them. Growth stays geometric; a capped string takes its
-// cap at once (see append_capped).
+// downloaded file. Growth stays geometric; past a few MiB a capped string takes its cap at once,
+// reserved and untouched until written (see append_capped), so its pages are touched once.
 #pragma once
 
 #include <string>
