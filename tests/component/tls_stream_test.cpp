@@ -252,6 +252,38 @@ TEST_F(TlsStreamTest, APeerResetWhileWritingIsAnErrorNotASignal) {
     EXPECT_TRUE(wec == asio::error::connection_reset || wec == asio::error::broken_pipe) << wec.message();
 }
 
+TEST_F(TlsStreamTest, APeerResetWhileAReadWaitsEndsItWithTheReset) {
+    error_code rec;
+    std::string first(3, '\0');
+    run([&]() -> asio::awaitable<void> {
+        tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+        tcp::socket client_socket(io);
+        co_await client_socket.async_connect(acceptor.local_endpoint(), asio::use_awaitable);
+        tcp::socket server_socket = co_await acceptor.async_accept(asio::use_awaitable);
+        const int server_fd = ::dup(server_socket.native_handle());
+        AnyStream client = AnyStream::tls_client(std::move(client_socket), *client_ctx, "", "127.0.0.1");
+        AnyStream server = AnyStream::tls_server(std::move(server_socket), server_ctx);
+        co_await (client.async_handshake(use_tuple) && server.async_handshake(use_tuple));
+        co_await asio::async_write(server, asio::buffer(std::string("abc")), use_tuple);
+        co_await asio::async_read(client, asio::buffer(first), use_tuple);  // the socket is drained now
+        auto reset_later = [&]() -> asio::awaitable<void> {
+            co_await sleep_for(100ms);
+            linger hard{1, 0};
+            ::setsockopt(server_fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+            server.close();
+            ::close(server_fd);
+        };
+        auto read = [&]() -> asio::awaitable<void> {
+            char c;
+            auto [e, n] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
+            rec = e;
+        };
+        co_await (reset_later() && read());
+    });
+    EXPECT_EQ(first, "abc");
+    EXPECT_EQ(rec, asio::error::connection_reset) << rec.message();
+}
+
 TEST_F(TlsStreamTest, ADeadlineEndsAPendingReadAndEveryLaterOperationFails) {
     error_code rec, wec, later;
     std::chrono::steady_clock::duration took{};
