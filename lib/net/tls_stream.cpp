@@ -28,30 +28,15 @@ namespace {
 using tcp = asio::ip::tcp;
 
 // What the BIO works on: the socket (its descriptor looked up at every call), the errno of its
-// last failed call (kept here because OpenSSL may change errno before we look), the records of a
-// write batch not yet sent, and what the wait for readable data brought.
-//
-// Waiting for data is a read into `rx` (Asio's read operation: no epoll_ctl, unlike async_wait,
-// which re-arms the descriptor every time and wakes once more for EPOLLOUT). Once a receive
-// came back short the socket is `drained`: the BIO then asks OpenSSL to wait instead of calling
-// recv for an EAGAIN. Data that arrives later raises an edge, and Asio's next read tries the
-// socket at once after an edge, so nothing is missed.
+// last failed call (kept here because OpenSSL may change errno before we look), and the records
+// of a write batch not yet sent.
 struct BioState {
-    static constexpr std::size_t rx_capacity = 2048;  // an exec frame or a watch event; more is read directly
-
     tcp::socket* socket;
     int last_errno{0};
     bool collect{false};  // a write batch is being encrypted: its records go to `out`
     std::string out;      // encrypted records waiting to be sent, from out_sent on
     std::size_t out_sent{0};
-    std::unique_ptr<char[]> rx;  // while a wait is pending or its bytes are unread
-    std::size_t rx_begin{0}, rx_end{0};
-    bool rx_waiting{false};  // a read into rx is pending
-    bool drained{false};
-    bool rx_eof{false};
-    int rx_errno{0};
     bool out_pending() const noexcept { return out_sent < out.size(); }
-    bool rx_unread() const noexcept { return rx_begin < rx_end; }
 };
 
 BioState& state_of(BIO* bio) { return *static_cast<BioState*>(BIO_get_data(bio)); }
@@ -79,51 +64,12 @@ int bio_write(BIO* bio, const char* data, int len) {
 int bio_read(BIO* bio, char* data, int len) {
     BioState& st = state_of(bio);
     BIO_clear_retry_flags(bio);
-    if (st.rx_unread()) {
-        const std::size_t n = std::min(static_cast<std::size_t>(len), st.rx_end - st.rx_begin);
-        std::memcpy(data, st.rx.get() + st.rx_begin, n);
-        st.rx_begin += n;
-        if (st.rx_unread()) return static_cast<int>(n);
-        if (!st.rx_waiting) {
-            st.rx.reset();  // a connection waiting for nothing holds no buffer
-            st.rx_begin = st.rx_end = 0;
-        }
-        // Read-ahead asks for a whole buffer only with a record's header: what else has arrived
-        // comes in the same call, or OpenSSL reads one record at a time from here on.
-        const std::size_t room = static_cast<std::size_t>(len) - n;
-        if (room == 0 || st.drained) return static_cast<int>(n);
-        ssize_t more;
-        do more = ::recv(st.socket->native_handle(), data + n, room, 0);
-        while (more < 0 && errno == EINTR);
-        if (more > 0) {
-            st.drained = static_cast<std::size_t>(more) < room;
-            return static_cast<int>(n + static_cast<std::size_t>(more));
-        }
-        st.drained = true;
-        if (more == 0) st.rx_eof = true;  // reported by the next call, after these bytes
-        else if (errno != EAGAIN && errno != EWOULDBLOCK) st.rx_errno = errno;
-        return static_cast<int>(n);
-    }
-    if (st.rx_eof) {
-        BIO_set_flags(bio, BIO_FLAGS_IN_EOF);  // OpenSSL tells a TCP EOF from an error by it
-        return 0;
-    }
-    if (st.rx_errno != 0) {
-        st.last_errno = st.rx_errno;
-        return -1;
-    }
-    if (st.drained) {
-        st.last_errno = EAGAIN;
-        BIO_set_retry_read(bio);
-        return -1;
-    }
     ssize_t n;
     do n = ::recv(st.socket->native_handle(), data, static_cast<std::size_t>(len), 0);
     while (n < 0 && errno == EINTR);
     st.last_errno = n < 0 ? errno : 0;
-    if (n == 0) BIO_set_flags(bio, BIO_FLAGS_IN_EOF);
+    if (n == 0) BIO_set_flags(bio, BIO_FLAGS_IN_EOF);  // OpenSSL tells a TCP EOF from an error by it
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) BIO_set_retry_read(bio);
-    st.drained = n < len;
     return static_cast<int>(n);
 }
 
@@ -212,9 +158,6 @@ struct TlsOp {
 
     template <class Self>
     void operator()(Self& self, error_code wait_ec = {});
-    // The wait for data, a read into the BIO's rx, completed.
-    template <class Self>
-    void operator()(Self& self, error_code ec, std::size_t n);
 
     template <class Self>
     void finish(Self& self) {
@@ -249,9 +192,7 @@ public:
         if (client) SSL_set_connect_state(ssl_.get());
         else SSL_set_accept_state(ssl_.get());
     }
-    ~TlsImpl() override {
-        close();  // first: a read into bio_state_.rx must be over before it goes
-    }
+    ~TlsImpl() override { deadline_.disarm(); }
 
     // A name that cannot be set fails the handshake rather than connecting unchecked.
     void configure_client(const TlsClientIdentity& id) {
@@ -380,8 +321,7 @@ public:
     void expires_never() override { deadline_.disarm(); }
     // An end a read already took in (read_error_) counts like bytes still buffered.
     bool idle_alive() override {
-        return socket_idle_alive(socket_) && !read_error_ && !bio_state_.rx_unread() &&
-               !(ssl_ && SSL_has_pending(ssl_.get()));
+        return socket_idle_alive(socket_) && !read_error_ && !(ssl_ && SSL_has_pending(ssl_.get()));
     }
     bool is_tls() const noexcept override { return true; }
 
@@ -497,7 +437,7 @@ private:
     }
 
     tcp::socket socket_;
-    BioState bio_state_{&socket_, 0, false, {}, 0, {}, 0, 0, false, false, false, 0};
+    BioState bio_state_{&socket_, 0, false, {}, 0};
     std::unique_ptr<SSL, SslFree> ssl_;
     error_code broken_{};          // set up failed, or a write was cut short: every operation fails with this
     error_code read_error_{};      // met after the bytes a read returned; the next read reports it
@@ -530,17 +470,8 @@ void TlsOp<Attempt, WithSize, breaks_on_abort>::operator()(Self& self, error_cod
         if (impl->expired_) last.ec = asio::error::operation_aborted;  // as a closed socket gave them
     }
     switch (last.want) {
-        case Step::want_read: {
-            BioState& st = impl->bio_state_;
-            if (st.rx_waiting) {  // another operation waits already (a shutdown during a read)
-                st.drained = false;
-                return impl->socket_.async_wait(tcp::socket::wait_read, std::move(self));
-            }
-            if (!st.rx) st.rx = std::make_unique<char[]>(BioState::rx_capacity);
-            st.rx_begin = st.rx_end = 0;
-            st.rx_waiting = true;
-            return impl->socket_.async_read_some(asio::buffer(st.rx.get(), BioState::rx_capacity), std::move(self));
-        }
+        case Step::want_read:
+            return impl->socket_.async_wait(tcp::socket::wait_read, std::move(self));
         case Step::want_write:
             return impl->socket_.async_wait(tcp::socket::wait_write, std::move(self));
         case Step::done:
@@ -548,23 +479,6 @@ void TlsOp<Attempt, WithSize, breaks_on_abort>::operator()(Self& self, error_cod
     }
     if (initiating) return asio::post(impl->socket_.get_executor(), std::move(self));
     finish(self);
-}
-
-template <class Attempt, bool WithSize, bool breaks_on_abort>
-template <class Self>
-void TlsOp<Attempt, WithSize, breaks_on_abort>::operator()(Self& self, error_code ec, std::size_t n) {
-    if (!alive.expired()) {
-        BioState& st = impl->bio_state_;
-        st.rx_waiting = false;
-        st.rx_end = n;
-        st.drained = n < BioState::rx_capacity;
-        if (n == 0 && ec == asio::error::eof) st.rx_eof = true;
-        else if (n == 0 && ec && ec != asio::error::operation_aborted && ec != asio::error::bad_descriptor)
-            st.rx_errno = ec.category() == boost::system::system_category() ? ec.value() : EIO;
-    }
-    // A closed socket ends the operation as its wait did; anything else goes to SSL first.
-    const bool closed = ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor;
-    (*this)(self, closed ? ec : error_code{});
 }
 
 }  // namespace
