@@ -44,6 +44,13 @@ BioState& state_of(BIO* bio) { return *static_cast<BioState*>(BIO_get_data(bio))
 // The descriptor is only ever closed on the stream's own strand, between SSL calls, so it is
 // never one reused by someone else here; a closed socket reads as EBADF. send() with
 // MSG_NOSIGNAL: a peer's reset is an error, not a SIGPIPE for the whole process.
+ssize_t send_nosignal(int fd, const char* data, std::size_t len) {
+    ssize_t n;
+    do n = ::send(fd, data, len, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    return n;
+}
+
 int bio_write(BIO* bio, const char* data, int len) {
     BioState& st = state_of(bio);
     BIO_clear_retry_flags(bio);
@@ -53,9 +60,7 @@ int bio_write(BIO* bio, const char* data, int len) {
         st.out.append(data, static_cast<std::size_t>(len));
         return len;
     }
-    ssize_t n;
-    do n = ::send(st.socket->native_handle(), data, static_cast<std::size_t>(len), MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
+    const ssize_t n = send_nosignal(st.socket->native_handle(), data, static_cast<std::size_t>(len));
     st.last_errno = n < 0 ? errno : 0;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) BIO_set_retry_write(bio);
     return static_cast<int>(n);
@@ -397,8 +402,7 @@ private:
         BioState& st = bio_state_;
         while (st.out_pending()) {
             const ssize_t n =
-                ::send(socket_.native_handle(), st.out.data() + st.out_sent, st.out.size() - st.out_sent, MSG_NOSIGNAL);
-            if (n < 0 && errno == EINTR) continue;
+                send_nosignal(socket_.native_handle(), st.out.data() + st.out_sent, st.out.size() - st.out_sent);
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return {Step::want_write};
             if (n < 0) {
                 // Part of a record may have gone: nothing more can follow on this connection, and
