@@ -43,6 +43,10 @@ namespace {
 // record and a send of its own. Larger messages halve the per-message work on both sides.
 constexpr std::size_t kChunk = 64 * 1024 - 5;
 
+// Exec stdin and stdout pipes hold a megabyte where the budget allows: the writer and the reader
+// then wake each other per megabyte instead of per few pages (a 100 MB upload: +15-20%).
+constexpr int kExecPipeBytes = 1024 * 1024;
+
 // A byte stream for Beast's websocket: replays bytes the HTTP server read past the request head,
 // then reads the socket; every inbound byte goes through a FrameSniffer.
 class ExecStream {
@@ -136,6 +140,7 @@ struct ExecSession {
     WriteGate gate;
     bool v5 = true;
     asio::posix::stream_descriptor in_sd, out_sd, err_sd;
+    util::GrownPipe in_room, out_room;  // see kExecPipeBytes
     asio::steady_timer close_timer, watch_timer;
     pid_t pid = -1;
     int pidfd = -1;
@@ -427,6 +432,10 @@ asio::awaitable<void> Kubelet::serve_exec(StreamRequest request) {
     Fd null_fd(::open("/dev/null", O_RDWR | O_CLOEXEC));
     bool ok = ::pipe2(in_p, O_CLOEXEC) == 0 && ::pipe2(out_p, O_CLOEXEC) == 0 && ::pipe2(err_p, O_CLOEXEC) == 0;
     Fd in_r(in_p[0]), in_w(in_p[1]), out_r(out_p[0]), out_w(out_p[1]), err_r(err_p[0]), err_w(err_p[1]);
+    if (ok) {
+        if (q.in) s.in_room = util::GrownPipe(in_p[1], kExecPipeBytes);
+        if (q.out) s.out_room = util::GrownPipe(out_p[1], kExecPipeBytes);
+    }
     if (!ok || null_fd.fd < 0) {
         co_await fail_session(std::string("unable to create pipes: ") + std::strerror(errno));
         co_return;

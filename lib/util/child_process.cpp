@@ -6,14 +6,18 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <utility>
 
 namespace kubesandbox::util {
 
@@ -81,6 +85,65 @@ tl::expected<SpawnedChild, int> spawn_child(const std::vector<std::string>& argv
 }
 
 int open_pidfd(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+namespace {
+
+bool has_sys_resource() {
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3]{};
+    if (::syscall(SYS_capget, &header, data) != 0) return false;
+    return (data[CAP_SYS_RESOURCE / 32].effective & (1u << (CAP_SYS_RESOURCE % 32))) != 0;
+}
+
+// Pages unprivileged growth may take: a quarter of fs.pipe-user-pages-soft (0 there: no limit).
+long pipe_page_budget() {
+    if (has_sys_resource()) return -1;
+    long soft = 16384;
+    if (FILE* f = std::fopen("/proc/sys/fs/pipe-user-pages-soft", "re")) {
+        if (std::fscanf(f, "%ld", &soft) != 1) soft = 16384;
+        std::fclose(f);
+    }
+    return soft <= 0 ? -1 : soft / 4;
+}
+
+std::atomic<long> pipe_pages_taken{0};
+
+}  // namespace
+
+GrownPipe::GrownPipe(int fd, int bytes) {
+    static const long budget = pipe_page_budget();  // -1: none needed
+    const long page = ::sysconf(_SC_PAGESIZE);
+    const int before = ::fcntl(fd, F_GETPIPE_SZ);
+    capacity_ = before;
+    if (before < 0 || bytes <= before) return;
+    long extra = (bytes - before + page - 1) / page;
+    if (budget >= 0) {
+        // Kept as taken before the resize, so racing growers never overshoot together.
+        if (pipe_pages_taken.fetch_add(extra) + extra > budget) {
+            pipe_pages_taken.fetch_sub(extra);
+            return;
+        }
+        pages_ = extra;
+    }
+    if (::fcntl(fd, F_SETPIPE_SZ, bytes) < 0) {
+        pipe_pages_taken.fetch_sub(pages_);
+        pages_ = 0;
+    }
+    capacity_ = ::fcntl(fd, F_GETPIPE_SZ);
+}
+
+GrownPipe::GrownPipe(GrownPipe&& other) noexcept : pages_(std::exchange(other.pages_, 0)), capacity_(other.capacity_) {}
+
+GrownPipe& GrownPipe::operator=(GrownPipe&& other) noexcept {
+    if (this != &other) {
+        pipe_pages_taken.fetch_sub(pages_);
+        pages_ = std::exchange(other.pages_, 0);
+        capacity_ = other.capacity_;
+    }
+    return *this;
+}
+
+GrownPipe::~GrownPipe() { pipe_pages_taken.fetch_sub(pages_); }
 
 asio::awaitable<std::optional<int>> reap_child(asio::posix::stream_descriptor* pidfd, pid_t pid) {
     constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);

@@ -35,4 +35,28 @@ int open_pidfd(pid_t pid);
 // reaped it, or nullopt when the wait was cancelled. Without a pidfd it polls every 10 ms.
 boost::asio::awaitable<std::optional<int>> reap_child(boost::asio::posix::stream_descriptor* pidfd, pid_t pid);
 
+// A pipe grown past its default 64 KiB while this object lives. Without CAP_SYS_RESOURCE a
+// user's pipes count against fs.pipe-user-pages-soft, past which the kernel gives every new
+// pipe of that user (every process, not just ours) a single page; so unprivileged growth draws
+// on a process-wide budget of a quarter of that limit, and a pipe that finds it spent keeps its
+// default size.
+class GrownPipe {
+public:
+    GrownPipe() = default;
+    // Grows the pipe `fd` belongs to to `bytes` (at most the budget allows) and holds its share.
+    GrownPipe(int fd, int bytes);
+    GrownPipe(GrownPipe&& other) noexcept;
+    GrownPipe& operator=(GrownPipe&& other) noexcept;
+    ~GrownPipe();
+
+    // Pages taken from the budget (0 when privileged, refused or not grown).
+    long budget_pages() const { return pages_; }
+    // The capacity after growing.
+    int capacity() const { return capacity_; }
+
+private:
+    long pages_ = 0;
+    int capacity_ = 0;
+};
+
 }  // namespace kubesandbox::util

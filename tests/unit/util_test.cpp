@@ -3,6 +3,7 @@
 #include <kubesandbox/logger.hpp>
 
 #include "util/bounded_for_each.hpp"
+#include "util/child_process.hpp"
 #include "util/json_access.hpp"
 #include "util/random.hpp"
 #include "util/time_format.hpp"
@@ -18,8 +19,10 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
+#include <array>
 #include <set>
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <stdexcept>
@@ -197,4 +200,53 @@ TEST(BoundedForEach, RunsEveryStepWithAtMostLimitInFlightOnOneStrand) {
     for (int i = 0; i < 50; ++i) all[i] = i;
     EXPECT_EQ(done, all);
     EXPECT_TRUE(rethrown);
+}
+
+// The local kubelet's exec pipes: grown to a megabyte, and without CAP_SYS_RESOURCE only
+// within a budget (a quarter of fs.pipe-user-pages-soft), so that the user's other pipes never
+// drop to a page each. Each grown pipe gives its share back.
+TEST(GrownPipe, GrowsWithinTheBudgetAndGivesItBack) {
+    std::vector<std::array<int, 2>> pipes;
+    std::vector<util::GrownPipe> grown;
+    long taken = 0;
+    bool refused = false;
+    for (int i = 0; i < 100 && !refused; ++i) {
+        std::array<int, 2> p{};
+        ASSERT_EQ(::pipe2(p.data(), O_CLOEXEC), 0);
+        pipes.push_back(p);
+        util::GrownPipe g(p[1], 1024 * 1024);
+        EXPECT_EQ(g.capacity(), ::fcntl(p[0], F_GETPIPE_SZ));
+        if (g.capacity() == 1024 * 1024) {
+            // A full megabyte goes in without a reader and without blocking.
+            ::fcntl(p[1], F_SETFL, O_NONBLOCK);
+            std::vector<char> bytes(1024 * 1024, 'x');
+            EXPECT_EQ(::write(p[1], bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+        } else {
+            refused = true;
+        }
+        taken += g.budget_pages();
+        grown.push_back(std::move(g));
+    }
+    ASSERT_GE(grown.size(), 2U) << "the first pipes grow";
+    EXPECT_EQ(grown.front().capacity(), 1024 * 1024);
+    if (refused) {
+        // Unprivileged: refused once the budget was spent, and the refused pipe kept 64 KiB.
+        EXPECT_GT(taken, 0);
+        EXPECT_EQ(grown.back().capacity(), 64 * 1024);
+        EXPECT_EQ(grown.back().budget_pages(), 0);
+        // Given back: a new pipe grows again.
+        grown.clear();
+        std::array<int, 2> p{};
+        ASSERT_EQ(::pipe2(p.data(), O_CLOEXEC), 0);
+        pipes.push_back(p);
+        util::GrownPipe again(p[1], 1024 * 1024);
+        EXPECT_EQ(again.capacity(), 1024 * 1024);
+    } else {
+        EXPECT_EQ(taken, 0) << "with CAP_SYS_RESOURCE nothing is counted";
+    }
+    grown.clear();
+    for (auto& p : pipes) {
+        ::close(p[0]);
+        ::close(p[1]);
+    }
 }
