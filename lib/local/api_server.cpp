@@ -50,6 +50,9 @@ public:
         s_->left = budget;
     }
 
+    // Every write goes out as it is made: the cut must not drop held records with the connection.
+    void hold_writes(bool) noexcept override {}
+
     void write_some(const net::ConstBufferList& b, net::IoHandler h) override {
         if (s_->left == 0) {
             s_->inner.close();

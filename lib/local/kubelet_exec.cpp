@@ -152,6 +152,7 @@ struct ExecSession {
     bool closing = false;
     int pumps_left = 0;
     int pumps_writing = 0;
+    bool holding = false;  // a pump's message was held for the other's write to send
     std::uint64_t progress = 0;
 
     asio::awaitable<error_code> send(unsigned char channel, const void* data, std::size_t n) {
@@ -174,7 +175,11 @@ struct ExecSession {
         }
     }
 
-    asio::awaitable<void> pump(asio::posix::stream_descriptor& sd, unsigned char channel) {
+    // Output both pumps read in the same turn (a command's last stdout and stderr bytes, a shell
+    // session's two trailers) leaves in one TCP segment, so the client wakes once for it: a pump
+    // with bytes yields a turn, and while the other pump has bytes waiting too, its message's
+    // records are held for the other's write to send (see net::AnyStream::hold_writes).
+    asio::awaitable<void> pump(asio::posix::stream_descriptor& sd, unsigned char channel, util::GrownPipe* room) {
         std::vector<char> buf(kChunk + 1);
         buf[0] = static_cast<char>(channel);
         for (;;) {
@@ -182,9 +187,18 @@ struct ExecSession {
             if (n > 0) {
                 ++progress;
                 ++pumps_writing;
+                if (pumps_left > 1) co_await asio::post(ws.get_executor(), tuple_awaitable);
                 co_await gate.lock();
+                const bool hold = pumps_writing > 1;
+                struct Held {
+                    net::AnyStream& stream;
+                    ~Held() { stream.hold_writes(false); }  // also if the write throws
+                } held{ws.next_layer().next()};
+                held.stream.hold_writes(hold);
                 auto [wec, w] = co_await ws.async_write(asio::buffer(buf.data(), n + 1), tuple_awaitable);
                 (void)w;
+                held.stream.hold_writes(false);
+                holding = hold && !wec;
                 gate.unlock();
                 --pumps_writing;
                 if (wec) {
@@ -194,9 +208,22 @@ struct ExecSession {
             }
             if (ec) break;
         }
+        if (room && sd.is_open()) room->shrink(sd.native_handle());
         error_code ignored;
         sd.close(ignored);
         if (--pumps_left == 0) watch_timer.cancel();
+        co_await release_held();
+    }
+
+    // Sends held records that no other write took along (the other pump ended without one).
+    asio::awaitable<void> release_held() {
+        if (!holding || pumps_writing > 0) co_return;
+        co_await gate.lock();
+        if (holding) {
+            holding = false;
+            co_await ws.next_layer().next().async_flush(tuple_awaitable);
+        }
+        gate.unlock();
     }
 
     // After the process exited, output pipes may be held open by its background children:
@@ -219,11 +246,11 @@ struct ExecSession {
 
     asio::awaitable<void> outputs(bool out, bool err) {
         if (out && err) {
-            co_await (pump(out_sd, 1) && pump(err_sd, 2));
+            co_await (pump(out_sd, 1, &out_room) && pump(err_sd, 2, nullptr));
         } else if (out) {
-            co_await pump(out_sd, 1);
+            co_await pump(out_sd, 1, &out_room);
         } else if (err) {
-            co_await pump(err_sd, 2);
+            co_await pump(err_sd, 2, nullptr);
         }
     }
 
@@ -237,9 +264,16 @@ struct ExecSession {
         exited = true;
         // Reaped: the pid may be reused from now on, so the shutdown's kill list forgets it.
         if (exec_pids && pid > 0) exec_pids->erase(pid);
+        close_stdin();
+        co_return code;
+    }
+
+    // The pipe shrinks back first, so that its pages return to the budget (util::GrownPipe).
+    void close_stdin() {
+        if (!in_sd.is_open()) return;
+        in_room.shrink(in_sd.native_handle());
         error_code ignored;
         in_sd.close(ignored);
-        co_return code;
     }
 
     asio::awaitable<void> reader(bool want_stdin) {
@@ -258,17 +292,13 @@ struct ExecSession {
                         auto [wec, w] =
                             co_await asio::async_write(in_sd, asio::buffer(data + 1, size - 1), tuple_awaitable);
                         (void)w;
-                        if (wec) {
-                            error_code ignored;
-                            in_sd.close(ignored);
-                        }
+                        if (wec) close_stdin();
                     }
                 } else if (ch == 255 && v5) {
                     if (size != 2 || data[1] > 4) {
                         violation = true;
                     } else if (data[1] == 0) {
-                        error_code ignored;
-                        in_sd.close(ignored);
+                        close_stdin();
                     }
                 }
                 // Channel 4 (resize) and others: ignored; there is no terminal.
@@ -286,8 +316,7 @@ struct ExecSession {
         close_timer.cancel();
         // Client gone (or protocol error): no one will read the result.
         if (!closing) kill_process();
-        error_code ignored;
-        in_sd.close(ignored);
+        close_stdin();
         if (closing) kill_process();
     }
 

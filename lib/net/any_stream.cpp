@@ -71,6 +71,10 @@ private:
 
 }  // namespace
 
+void AnyStream::Impl::flush(DoneHandler h) {
+    asio::post(executor(), [h = std::move(h)]() mutable { std::move(h)(error_code{}); });
+}
+
 std::size_t ConstBufferList::bytes() const noexcept {
     std::size_t n = 0;
     for (const auto& b : *this) n += b.size();

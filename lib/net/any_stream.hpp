@@ -82,6 +82,11 @@ public:
         // A plain TCP stream's socket: reads and writes go to it directly, with the caller's
         // own handler (no type-erased handler, executor and work to allocate per operation).
         virtual PlainSocket plain_socket() noexcept { return {}; }
+        // While held, a TLS write completes once its records are sealed, and they leave with
+        // the next write that is not held (or a flush), in one send. Nothing to hold elsewhere.
+        virtual void hold_writes(bool) noexcept {}
+        // Sends what held writes left; completes at once where nothing is held.
+        virtual void flush(DoneHandler h);
         // Reads begun on this stream, for a keep-alive: a reader begins the next read once the
         // last one brought bytes. Counted on the stream's strand.
         std::uint64_t reads_started{0};
@@ -105,6 +110,8 @@ public:
     executor_type get_executor() { return impl_->executor(); }
     bool idle_alive() { return impl_ && impl_->idle_alive(); }
     bool is_tls() const noexcept { return impl_->is_tls(); }
+    // For a writer that knows another write follows at once: see Impl::hold_writes.
+    void hold_writes(bool hold) noexcept { impl_->hold_writes(hold); }
     std::uint64_t reads_started() const noexcept { return impl_ ? impl_->reads_started : 0; }
 
     // Socket-level backstop deadline for every pending and future operation (beast::tcp_stream).
@@ -143,6 +150,12 @@ public:
     auto async_handshake(Token&& token) {
         return asio::async_initiate<Token, void(error_code)>(
             [](auto handler, Impl* impl) { impl->handshake(std::move(handler)); }, token, impl_.get());
+    }
+
+    template <class Token>
+    auto async_flush(Token&& token) {
+        return asio::async_initiate<Token, void(error_code)>(
+            [](auto handler, Impl* impl) { impl->flush(std::move(handler)); }, token, impl_.get());
     }
 
     template <class Token>

@@ -25,6 +25,8 @@ public:
     void expires_never() override { s_->inner.expires_never(); }
     bool idle_alive() override { return s_->inner.idle_alive(); }
     bool is_tls() const noexcept override { return s_->inner.is_tls(); }
+    void hold_writes(bool hold) noexcept override { s_->inner.hold_writes(hold); }
+    void flush(DoneHandler h) override { s_->inner.async_flush(std::move(h)); }
 
 protected:
     std::shared_ptr<State> s_;

@@ -263,10 +263,17 @@ public:
                 }
                 batch.sealed = true;
             }
+            if (t.hold_ && t.bio_state_.out.size() <= held_bytes) return {Step::done, {}, batch.taken};
             Step sent = t.send_out();
             if (sent.want == Step::done && !sent.ec) sent.n = batch.taken;
             return sent;
         });
+    }
+
+    void hold_writes(bool hold) noexcept override { hold_ = hold; }
+
+    void flush(DoneHandler h) override {
+        start<false, true>(std::move(h), [](TlsImpl& t) -> Step { return t.send_out(); });
     }
 
     void handshake(DoneHandler h) override {
@@ -285,6 +292,8 @@ public:
             std::size_t drained{0};
         };
         start<false, true>(std::move(h), [linger = Linger{}](TlsImpl& t) mutable -> Step {
+            // Records held back leave first, ahead of the close_notify and the FIN.
+            if (Step held = t.send_out(); held.ec || held.want != Step::done) return held;
             if (!SSL_is_init_finished(t.ssl_.get())) {
                 t.shutdown_send();
                 return {};
@@ -349,6 +358,7 @@ private:
     static constexpr std::size_t kept_out_capacity = 4 * 1024;
     static constexpr std::size_t read_buffer_size = 4 * (record_size + 256);  // a record's overhead is < 256
     static constexpr std::size_t linger_bytes = 1024 * 1024;
+    static constexpr std::size_t held_bytes = 256 * 1024;  // held writes past this are sent
 
     struct SslFree {
         void operator()(SSL* s) const noexcept { SSL_free(s); }
@@ -445,6 +455,7 @@ private:
     std::unique_ptr<SSL, SslFree> ssl_;
     error_code broken_{};          // set up failed, or a write was cut short: every operation fails with this
     error_code read_error_{};      // met after the bytes a read returned; the next read reports it
+    bool hold_{false};             // see hold_writes
     std::mutex descriptor_mutex_;  // the deadline's shutdown against the owner's close
     bool expired_{false};          // written under descriptor_mutex_; read on the strand after a wake-up
     std::shared_ptr<int> alive_ = std::make_shared<int>(0);

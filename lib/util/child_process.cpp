@@ -6,7 +6,6 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <fcntl.h>
-#include <linux/capability.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/syscall.h>
@@ -88,16 +87,8 @@ int open_pidfd(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pi
 
 namespace {
 
-bool has_sys_resource() {
-    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
-    __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3]{};
-    if (::syscall(SYS_capget, &header, data) != 0) return false;
-    return (data[CAP_SYS_RESOURCE / 32].effective & (1u << (CAP_SYS_RESOURCE % 32))) != 0;
-}
-
-// Pages unprivileged growth may take: a quarter of fs.pipe-user-pages-soft (0 there: no limit).
+// Pages growth may take: a quarter of fs.pipe-user-pages-soft (0 there: no limit, -1 here).
 long pipe_page_budget() {
-    if (has_sys_resource()) return -1;
     long soft = 16384;
     if (FILE* f = std::fopen("/proc/sys/fs/pipe-user-pages-soft", "re")) {
         if (std::fscanf(f, "%ld", &soft) != 1) soft = 16384;
@@ -111,39 +102,41 @@ std::atomic<long> pipe_pages_taken{0};
 }  // namespace
 
 GrownPipe::GrownPipe(int fd, int bytes) {
-    static const long budget = pipe_page_budget();  // -1: none needed
+    static const long budget = pipe_page_budget();
     const long page = ::sysconf(_SC_PAGESIZE);
-    const int before = ::fcntl(fd, F_GETPIPE_SZ);
-    capacity_ = before;
-    if (before < 0 || bytes <= before) return;
-    long extra = (bytes - before + page - 1) / page;
-    if (budget >= 0) {
-        // Kept as taken before the resize, so racing growers never overshoot together.
-        if (pipe_pages_taken.fetch_add(extra) + extra > budget) {
-            pipe_pages_taken.fetch_sub(extra);
-            return;
-        }
-        pages_ = extra;
+    before_ = capacity_ = ::fcntl(fd, F_GETPIPE_SZ);
+    if (before_ < 0 || bytes <= before_) return;
+    const long extra = (bytes - before_ + page - 1) / page;
+    // Taken before the resize, so that racing growers never overshoot together.
+    if (budget >= 0 && pipe_pages_taken.fetch_add(extra) + extra > budget) {
+        pipe_pages_taken.fetch_sub(extra);
+        return;
     }
     if (::fcntl(fd, F_SETPIPE_SZ, bytes) < 0) {
-        pipe_pages_taken.fetch_sub(pages_);
-        pages_ = 0;
+        pipe_pages_taken.fetch_sub(extra);
+        return;
     }
+    pages_ = extra;
     capacity_ = ::fcntl(fd, F_GETPIPE_SZ);
 }
 
-GrownPipe::GrownPipe(GrownPipe&& other) noexcept : pages_(std::exchange(other.pages_, 0)), capacity_(other.capacity_) {}
+GrownPipe::GrownPipe(GrownPipe&& other) noexcept
+    : pages_(std::exchange(other.pages_, 0)), capacity_(other.capacity_), before_(other.before_) {}
 
 GrownPipe& GrownPipe::operator=(GrownPipe&& other) noexcept {
     if (this != &other) {
-        pipe_pages_taken.fetch_sub(pages_);
-        pages_ = std::exchange(other.pages_, 0);
+        pages_ = std::exchange(other.pages_, 0);  // what this one held stays spent
         capacity_ = other.capacity_;
+        before_ = other.before_;
     }
     return *this;
 }
 
-GrownPipe::~GrownPipe() { pipe_pages_taken.fetch_sub(pages_); }
+void GrownPipe::shrink(int fd) noexcept {
+    if (pages_ == 0 || ::fcntl(fd, F_SETPIPE_SZ, before_) < 0) return;
+    pipe_pages_taken.fetch_sub(std::exchange(pages_, 0));
+    capacity_ = before_;
+}
 
 asio::awaitable<std::optional<int>> reap_child(asio::posix::stream_descriptor* pidfd, pid_t pid) {
     constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);

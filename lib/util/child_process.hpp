@@ -35,28 +35,34 @@ int open_pidfd(pid_t pid);
 // reaped it, or nullopt when the wait was cancelled. Without a pidfd it polls every 10 ms.
 boost::asio::awaitable<std::optional<int>> reap_child(boost::asio::posix::stream_descriptor* pidfd, pid_t pid);
 
-// A pipe grown past its default 64 KiB while this object lives. Without CAP_SYS_RESOURCE a
-// user's pipes count against fs.pipe-user-pages-soft, past which the kernel gives every new
-// pipe of that user (every process, not just ours) a single page; so unprivileged growth draws
-// on a process-wide budget of a quarter of that limit, and a pipe that finds it spent keeps its
-// default size.
+// A pipe grown past its default 64 KiB. Every pipe counts against its user's
+// fs.pipe-user-pages-soft (a privileged process's too), past which the kernel makes every new
+// pipe of that user, in any process, a couple of pages; so growth draws on a process-wide budget
+// of a quarter of that limit, and a pipe that finds it spent keeps its size. The kernel counts a
+// pipe until both of its ends are closed, and a command's background children may keep theirs:
+// its pages come back to the budget only when it is shrunk back before our end closes.
 class GrownPipe {
 public:
     GrownPipe() = default;
-    // Grows the pipe `fd` belongs to to `bytes` (at most the budget allows) and holds its share.
+    // Grows the pipe `fd` belongs to to `bytes`, if the budget has room.
     GrownPipe(int fd, int bytes);
     GrownPipe(GrownPipe&& other) noexcept;
     GrownPipe& operator=(GrownPipe&& other) noexcept;
-    ~GrownPipe();
+    ~GrownPipe() = default;  // pages not given back by shrink() stay spent
 
-    // Pages taken from the budget (0 when privileged, refused or not grown).
+    // Back to the size it had, just before our end `fd` closes; the pages come back to the budget
+    // unless the bytes in the pipe do not fit (then they stay spent).
+    void shrink(int fd) noexcept;
+
+    // Pages taken from the budget and not given back.
     long budget_pages() const { return pages_; }
-    // The capacity after growing.
+    // The capacity now.
     int capacity() const { return capacity_; }
 
 private:
     long pages_ = 0;
     int capacity_ = 0;
+    int before_ = 0;
 };
 
 }  // namespace kubesandbox::util

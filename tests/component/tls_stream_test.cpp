@@ -1,7 +1,8 @@
 // The TLS stream over a real loopback socket pair: bytes exact both ways with a read and a write
 // pending at once, gather writes, how each kind of end reads (close_notify, a bare TCP close, a
 // reset while writing), deadlines, and operations after close; records received together read
-// in one call, and batched records stay in order with KeyUpdates; and a plain TCP stream's deadline.
+// in one call, and batched records stay in order with KeyUpdates; held writes leave with the
+// next write, a flush or the shutdown; and a plain TCP stream's deadline.
 #include "local/tls_certs.hpp"
 #include "net/any_stream.hpp"
 #include "net/tls_context.hpp"
@@ -401,6 +402,61 @@ TEST_F(TlsStreamTest, AReadTakesEveryRecordAlreadyReceivedInOneCall) {
     });
     EXPECT_EQ(first, message.size());
     EXPECT_TRUE(got.compare(0, message.size(), message) == 0);
+}
+
+// Held writes complete at once and send nothing; their records leave with the next write
+// that is not held (one read takes both), with a flush, or ahead of a shutdown's close_notify.
+TEST_F(TlsStreamTest, HeldWritesLeaveWithTheNextWriteAFlushOrTheShutdown) {
+    std::vector<std::string> reads;
+    bool quiet_while_held = false, quiet_while_held_again = false, eof_last = false;
+    run([&]() -> asio::awaitable<void> {
+        auto [client, server] = co_await pair();
+        char c;
+        co_await asio::async_write(server, asio::buffer(std::string("?")), use_tuple);  // after the tickets
+        co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
+        auto read_now = [&]() -> asio::awaitable<void> {
+            std::string got(1024, '\0');
+            auto [e, n] = co_await client.async_read_some(asio::buffer(got), use_tuple);
+            EXPECT_FALSE(e) << e.message();
+            reads.push_back(got.substr(0, n));
+        };
+        server.hold_writes(true);
+        auto [e1, n1] = co_await asio::async_write(server, asio::buffer(std::string("first,")), use_tuple);
+        EXPECT_FALSE(e1);
+        EXPECT_EQ(n1, 6U);
+        co_await sleep_for(50ms);
+        quiet_while_held = client.idle_alive();  // nothing has arrived
+        server.hold_writes(false);
+        co_await asio::async_write(server, asio::buffer(std::string("second")), use_tuple);
+        co_await sleep_for(50ms);
+        co_await read_now();  // both records, in one read
+
+        server.hold_writes(true);
+        co_await asio::async_write(server, asio::buffer(std::string("flushed")), use_tuple);
+        co_await sleep_for(50ms);
+        quiet_while_held_again = client.idle_alive();
+        server.hold_writes(false);
+        auto [fe] = co_await server.async_flush(use_tuple);
+        EXPECT_FALSE(fe) << fe.message();
+        co_await read_now();
+
+        server.hold_writes(true);
+        co_await asio::async_write(server, asio::buffer(std::string("last")), use_tuple);
+        server.hold_writes(false);
+        auto shutdown = [&]() -> asio::awaitable<void> { co_await server.async_shutdown(use_tuple); };
+        auto reader = [&]() -> asio::awaitable<void> {
+            co_await read_now();
+            std::string rest(16, '\0');
+            auto [e, n] = co_await client.async_read_some(asio::buffer(rest), use_tuple);
+            eof_last = e == asio::error::eof && n == 0;
+            co_await client.async_shutdown(use_tuple);
+        };
+        co_await (shutdown() && reader());
+    });
+    EXPECT_TRUE(quiet_while_held);
+    EXPECT_TRUE(quiet_while_held_again);
+    EXPECT_EQ(reads, (std::vector<std::string>{"first,second", "flushed", "last"}));
+    EXPECT_TRUE(eof_last);
 }
 
 TEST_F(TlsStreamTest, BytesBeforeACloseNotifyComeFirstAndTheEndAfterThem) {

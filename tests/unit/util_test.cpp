@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <set>
 
 #include <fcntl.h>
@@ -202,49 +203,79 @@ TEST(BoundedForEach, RunsEveryStepWithAtMostLimitInFlightOnOneStrand) {
     EXPECT_TRUE(rethrown);
 }
 
-// The local kubelet's exec pipes: grown to a megabyte, and without CAP_SYS_RESOURCE only
-// within a budget (a quarter of fs.pipe-user-pages-soft), so that the user's other pipes never
-// drop to a page each. Each grown pipe gives its share back.
-TEST(GrownPipe, GrowsWithinTheBudgetAndGivesItBack) {
+// The local kubelet's exec pipes: grown to a megabyte within a budget of a quarter of
+// fs.pipe-user-pages-soft (past which the kernel shrinks every new pipe of the user), the pages
+// given back when a pipe is shrunk before it closes, and kept when its bytes do not fit.
+long read_proc_long(const char* path, long fallback) {
+    long v = fallback;
+    if (FILE* f = std::fopen(path, "re")) {
+        if (std::fscanf(f, "%ld", &v) != 1) v = fallback;
+        std::fclose(f);
+    }
+    return v;
+}
+
+TEST(GrownPipe, GrowsWithinTheBudgetAndGetsPagesBackWhenShrunk) {
+    const long soft = read_proc_long("/proc/sys/fs/pipe-user-pages-soft", 16384);
+    const int want = static_cast<int>(std::min<long>(1 << 20, read_proc_long("/proc/sys/fs/pipe-max-size", 1 << 20)));
     std::vector<std::array<int, 2>> pipes;
+    auto open_pipe = [&]() -> int {
+        std::array<int, 2> p{};
+        EXPECT_EQ(::pipe2(p.data(), O_CLOEXEC), 0);
+        pipes.push_back(p);
+        return p[1];
+    };
+    {
+        // A grown pipe holds what it says: `want` bytes go in without a reader, never blocking.
+        const int fd = open_pipe();
+        util::GrownPipe full(fd, want);
+        EXPECT_EQ(full.capacity(), want);
+        EXPECT_EQ(full.capacity(), ::fcntl(fd, F_GETPIPE_SZ));
+        ::fcntl(fd, F_SETFL, O_NONBLOCK);
+        std::vector<char> bytes(static_cast<std::size_t>(want), 'x');
+        EXPECT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+        // Its bytes do not fit the old size: it stays grown, and its pages stay spent.
+        const long pages = full.budget_pages();
+        EXPECT_GT(pages, 0);
+        full.shrink(fd);
+        EXPECT_EQ(full.budget_pages(), pages);
+        EXPECT_EQ(::fcntl(fd, F_GETPIPE_SZ), want);
+    }
+    // Spend the rest of the budget, then one more is refused and keeps its size. (A budget too
+    // large to spend within the descriptor limit, or none, is checked for not refusing early.)
+    const long per_pipe = (want - 64 * 1024 + 4095) / 4096;
+    const bool spendable = soft > 0 && soft / 4 / per_pipe < 300;
     std::vector<util::GrownPipe> grown;
-    long taken = 0;
-    bool refused = false;
-    for (int i = 0; i < 100 && !refused; ++i) {
-        std::array<int, 2> p{};
-        ASSERT_EQ(::pipe2(p.data(), O_CLOEXEC), 0);
-        pipes.push_back(p);
-        util::GrownPipe g(p[1], 1024 * 1024);
-        EXPECT_EQ(g.capacity(), ::fcntl(p[0], F_GETPIPE_SZ));
-        if (g.capacity() == 1024 * 1024) {
-            // A full megabyte goes in without a reader and without blocking.
-            ::fcntl(p[1], F_SETFL, O_NONBLOCK);
-            std::vector<char> bytes(1024 * 1024, 'x');
-            EXPECT_EQ(::write(p[1], bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
-        } else {
-            refused = true;
+    std::vector<int> fds;
+    int refused_before = -1;
+    for (int i = 0; i < (spendable ? 300 : 20); ++i) {
+        const int fd = open_pipe();
+        const int before = ::fcntl(fd, F_GETPIPE_SZ);
+        util::GrownPipe g(fd, want);
+        if (g.capacity() != want) {
+            refused_before = before;
+            EXPECT_EQ(g.capacity(), before);
+            EXPECT_EQ(::fcntl(fd, F_GETPIPE_SZ), before);
+            EXPECT_EQ(g.budget_pages(), 0);
+            break;
         }
-        taken += g.budget_pages();
         grown.push_back(std::move(g));
+        fds.push_back(fd);
     }
-    ASSERT_GE(grown.size(), 2U) << "the first pipes grow";
-    EXPECT_EQ(grown.front().capacity(), 1024 * 1024);
-    if (refused) {
-        // Unprivileged: refused once the budget was spent, and the refused pipe kept 64 KiB.
-        EXPECT_GT(taken, 0);
-        EXPECT_EQ(grown.back().capacity(), 64 * 1024);
-        EXPECT_EQ(grown.back().budget_pages(), 0);
-        // Given back: a new pipe grows again.
-        grown.clear();
-        std::array<int, 2> p{};
-        ASSERT_EQ(::pipe2(p.data(), O_CLOEXEC), 0);
-        pipes.push_back(p);
-        util::GrownPipe again(p[1], 1024 * 1024);
-        EXPECT_EQ(again.capacity(), 1024 * 1024);
-    } else {
-        EXPECT_EQ(taken, 0) << "with CAP_SYS_RESOURCE nothing is counted";
+    if (!spendable) {
+        EXPECT_EQ(refused_before, -1) << "refused within a budget too large to spend";
+        refused_before = 0;
     }
-    grown.clear();
+    ASSERT_GE(refused_before, 0) << "the budget was never spent";
+    ASSERT_FALSE(grown.empty());
+    // An empty pipe shrunk back gives its pages back, and the next pipe grows again.
+    grown.back().shrink(fds.back());
+    EXPECT_EQ(grown.back().budget_pages(), 0);
+    EXPECT_LT(::fcntl(fds.back(), F_GETPIPE_SZ), want);
+    util::GrownPipe again(open_pipe(), want);
+    EXPECT_EQ(again.capacity(), want);
+    again.shrink(pipes.back()[1]);
+    for (std::size_t i = 0; i < grown.size(); ++i) grown[i].shrink(fds[i]);
     for (auto& p : pipes) {
         ::close(p[0]);
         ::close(p[1]);
