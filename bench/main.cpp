@@ -88,6 +88,7 @@ using namespace kubesandbox::bench;
 int main(int argc, char** argv) {
     if (argc >= 2 && std::string(argv[1]) == "--exec-client") return exec_client_main(argc, argv);
     if (argc >= 2 && std::string(argv[1]) == "--router-client") return router_client_main(argc, argv);
+    if (argc >= 2 && std::string(argv[1]) == "--exec-loop") return exec_loop_main(argc, argv);
 
     Sizes sz;
     std::string mode = "full";

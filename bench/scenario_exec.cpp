@@ -327,4 +327,38 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
         io, [&]() -> asio::awaitable<void> { co_await delete_all_sandboxes(provider); }, 120s, "exec cleanup");
 }
 
+int exec_loop_main(int argc, char** argv) {
+    // --exec-loop KUBECONFIG NAMESPACE POD CALLS
+    if (argc < 6) return 2;
+    KubeConfigLoadOptions lo;
+    lo.paths.emplace_back(argv[2]);
+    auto cfg = load_kubeconfig(lo);
+    if (!cfg) {
+        std::cerr << "exec loop: " << cfg.error().describe() << "\n";
+        return 1;
+    }
+    const int calls = std::max(1, std::atoi(argv[5]));
+    asio::io_context io(1);
+    PodExecSandbox sandbox(KubeClient(io.get_executor(), *cfg), argv[3], argv[4], PodExecSandboxOptions());
+    TimedCalls timed;
+    const bool ran = run_on(
+        io,
+        [&]() -> asio::awaitable<void> {
+            TimedCalls warm_up;
+            co_await time_true(sandbox, 5, warm_up);
+            if (warm_up.failure) timed.failure = "warm-up: " + *warm_up.failure;
+            else co_await time_true(sandbox, calls, timed);
+        },
+        600s, "exec loop");
+    if (!ran || timed.failure || timed.walls.empty()) {
+        std::cerr << "exec loop: " << timed.failure.value_or("did not finish") << "\n";
+        return 1;
+    }
+    std::sort(timed.walls.begin(), timed.walls.end());
+    std::sort(timed.cpus.begin(), timed.cpus.end());
+    std::cout << "calls " << timed.walls.size() << "\nwall_us_median " << timed.walls[timed.walls.size() / 2] * 1e6
+              << "\nclient_cpu_us_median " << timed.cpus[timed.cpus.size() / 2] * 1e6 << "\n";
+    return 0;
+}
+
 }  // namespace kubesandbox::bench

@@ -176,5 +176,9 @@ int exec_client_main(int argc, char** argv);
 // kubesandbox-local (KUBECONFIG.router), one warm busybox-runtime claim; prints client CPU per
 // call. A loop to profile (perf, callgrind: run it with two CALLS and subtract).
 int router_client_main(int argc, char** argv);
+// --exec-loop KUBECONFIG NAMESPACE POD CALLS: execute("true") CALLS times in a row on POD of a
+// running kubesandbox-local (shell sessions, as scenario 2); prints the median wall and client
+// CPU per call. A loop to profile with strace or perf.
+int exec_loop_main(int argc, char** argv);
 
 }  // namespace kubesandbox::bench
