@@ -102,9 +102,9 @@ struct PodRecord {
     std::shared_ptr<PodSpawner> spawner;
     std::uint64_t spawner_generation = 0;
     bool spawner_starting = false;
-    std::uint64_t spawner_failed_generation = 0;  // no second try for that container
-    bool stopping = false;                        // deletionTimestamp seen
-    bool removed = false;                         // gone from the store / kubelet shut down
+    SpawnerBackoff spawner_backoff;  // after a failed start
+    bool stopping = false;           // deletionTimestamp seen
+    bool removed = false;            // gone from the store / kubelet shut down
     // Ended by the kubelet (activeDeadlineSeconds, eviction): the pod fails with these.
     bool ended_by_kubelet = false;
     std::string end_reason, end_message;

@@ -14,7 +14,8 @@ asio::awaitable<std::shared_ptr<PodSpawner>> spawner_for(std::shared_ptr<Core> c
         co_return nullptr;
     const std::uint64_t generation = pod->container_generation;
     if (pod->spawner && pod->spawner_generation == generation && pod->spawner->alive()) co_return pod->spawner;
-    if (pod->spawner_starting || pod->spawner_failed_generation == generation) co_return nullptr;
+    if (pod->spawner_starting || !pod->spawner_backoff.may_try(generation, SpawnerBackoff::Clock::now()))
+        co_return nullptr;
     if (pod->spawner) pod->spawner->stop();
     pod->spawner.reset();
     pod->spawner_starting = true;
@@ -39,8 +40,9 @@ asio::awaitable<std::shared_ptr<PodSpawner>> spawner_for(std::shared_ptr<Core> c
         spawner = co_await PodSpawner::start(core->executor, std::move(sp), 5s, on_start, on_exit, why);
     pod->spawner_starting = false;
     if (!spawner) {
-        core->log("pod " + pod->ns + "/" + pod->name + ": " + why + "; its execs start one by one");
-        pod->spawner_failed_generation = generation;
+        pod->spawner_backoff.failed(generation, SpawnerBackoff::Clock::now());
+        core->log("pod " + pod->ns + "/" + pod->name + ": " + why + "; its execs start one by one for " +
+                  std::to_string(SpawnerBackoff::delay(pod->spawner_backoff.failures()).count()) + " s");
         co_return nullptr;
     }
     if (pod->removed || pod->container_generation != generation) {
@@ -49,6 +51,7 @@ asio::awaitable<std::shared_ptr<PodSpawner>> spawner_for(std::shared_ptr<Core> c
     }
     pod->spawner = spawner;
     pod->spawner_generation = generation;
+    pod->spawner_backoff.succeeded();
     co_return spawner;
 }
 

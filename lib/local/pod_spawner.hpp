@@ -11,6 +11,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -21,6 +22,38 @@
 #include <vector>
 
 namespace kubesandbox::local {
+
+// When a pod tries again to start its spawner after failing to (a start that timed out on a
+// loaded machine, say): 10 s after the first failure, doubling up to 5 min; a new container
+// starts afresh. Meanwhile its execs start one by one, as without a spawner.
+class SpawnerBackoff {
+public:
+    using Clock = std::chrono::steady_clock;
+
+    bool may_try(std::uint64_t generation, Clock::time_point now) const {
+        return generation != generation_ || failures_ == 0 || now >= next_try_;
+    }
+    void failed(std::uint64_t generation, Clock::time_point now) {
+        if (generation != generation_) failures_ = 0;
+        generation_ = generation;
+        ++failures_;
+        next_try_ = now + delay(failures_);
+    }
+    void succeeded() { failures_ = 0; }
+    int failures() const { return failures_; }
+
+    static std::chrono::seconds delay(int failures) {
+        constexpr std::chrono::seconds first{10}, most{300};
+        std::chrono::seconds d = first;
+        for (int i = 1; i < failures && d < most; ++i) d *= 2;
+        return std::min(d, most);
+    }
+
+private:
+    std::uint64_t generation_ = 0;
+    int failures_ = 0;
+    Clock::time_point next_try_{};
+};
 
 class PodSpawner : public std::enable_shared_from_this<PodSpawner> {
 public:

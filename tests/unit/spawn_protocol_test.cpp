@@ -1,5 +1,7 @@
-// The messages between the local kubelet and a pod's spawner, without sockets.
+// The messages between the local kubelet and a pod's spawner, without sockets, and when a
+// failed spawner start is tried again.
 #include "local/spawn_protocol.hpp"
+#include "local/pod_spawner.hpp"
 
 #include <gtest/gtest.h>
 
@@ -63,3 +65,30 @@ TEST(SpawnProtocol, RepliesCarryTheIdAndTheWaitStatus) {
 }
 
 }  // namespace
+
+// A pod whose spawner failed to start tries again later, sooner for a new container.
+TEST(SpawnerBackoff, TriesAgainAfterADelayThatDoublesUpToFiveMinutes) {
+    using namespace std::chrono_literals;
+    using kubesandbox::local::SpawnerBackoff;
+    EXPECT_EQ(SpawnerBackoff::delay(1), 10s);
+    EXPECT_EQ(SpawnerBackoff::delay(2), 20s);
+    EXPECT_EQ(SpawnerBackoff::delay(5), 160s);
+    EXPECT_EQ(SpawnerBackoff::delay(6), 300s);
+    EXPECT_EQ(SpawnerBackoff::delay(1000), 300s);
+
+    const auto t0 = SpawnerBackoff::Clock::time_point{} + 1h;
+    SpawnerBackoff b;
+    EXPECT_TRUE(b.may_try(1, t0));
+    b.failed(1, t0);
+    EXPECT_FALSE(b.may_try(1, t0 + 9s));
+    EXPECT_TRUE(b.may_try(1, t0 + 10s));
+    EXPECT_TRUE(b.may_try(2, t0 + 1s)) << "a restarted container starts afresh";
+    b.failed(1, t0 + 10s);
+    EXPECT_FALSE(b.may_try(1, t0 + 29s));
+    EXPECT_TRUE(b.may_try(1, t0 + 30s));
+    b.failed(2, t0 + 30s);  // the new container's first failure: 10 s again
+    EXPECT_EQ(b.failures(), 1);
+    EXPECT_TRUE(b.may_try(2, t0 + 40s));
+    b.succeeded();
+    EXPECT_TRUE(b.may_try(2, t0 + 40s));
+}
