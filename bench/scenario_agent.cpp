@@ -182,13 +182,8 @@ int router_client_main(int argc, char** argv) {
         std::cerr << "router client: no router in " << kubeconfig << ".router\n";
         return 1;
     }
-    KubeConfigLoadOptions lo;
-    lo.paths.emplace_back(kubeconfig);
-    auto cfg = load_kubeconfig(lo);
-    if (!cfg) {
-        std::cerr << "router client: " << cfg.error().describe() << "\n";
-        return 1;
-    }
+    auto cfg = load_kubeconfig_file(kubeconfig, "router client");
+    if (!cfg) return 1;
     asio::io_context io(1);
     KubeClientOptions unthrottled;
     unthrottled.qps = 0;

@@ -71,13 +71,8 @@ long proc_status_kb(const char* key) {
 int exec_client_main(int argc, char** argv) {
     // --exec-client KUBECONFIG NAMESPACE CALLS POD...
     if (argc < 6) return 2;
-    KubeConfigLoadOptions lo;
-    lo.paths.emplace_back(argv[2]);
-    auto cfg = load_kubeconfig(lo);
-    if (!cfg) {
-        std::cerr << "exec client: " << cfg.error().describe() << "\n";
-        return 1;
-    }
+    auto cfg = load_kubeconfig_file(argv[2], "exec client");
+    if (!cfg) return 1;
     const std::string ns = argv[3];
     const int calls = std::atoi(argv[4]);
     asio::io_context io(1);

@@ -330,13 +330,8 @@ void scenario_exec(asio::io_context& io, LocalCluster& cluster, const Env& env, 
 int exec_loop_main(int argc, char** argv) {
     // --exec-loop KUBECONFIG NAMESPACE POD CALLS
     if (argc < 6) return 2;
-    KubeConfigLoadOptions lo;
-    lo.paths.emplace_back(argv[2]);
-    auto cfg = load_kubeconfig(lo);
-    if (!cfg) {
-        std::cerr << "exec loop: " << cfg.error().describe() << "\n";
-        return 1;
-    }
+    auto cfg = load_kubeconfig_file(argv[2], "exec loop");
+    if (!cfg) return 1;
     const int calls = std::max(1, std::atoi(argv[5]));
     asio::io_context io(1);
     PodExecSandbox sandbox(KubeClient(io.get_executor(), *cfg), argv[3], argv[4], PodExecSandboxOptions());

@@ -372,4 +372,15 @@ bool pod_ready(const json::object& pod) {
     return false;
 }
 
+std::optional<KubeConfig> load_kubeconfig_file(const std::string& path, const char* who) {
+    KubeConfigLoadOptions lo;
+    lo.paths.emplace_back(path);
+    auto cfg = load_kubeconfig(lo);
+    if (!cfg) {
+        std::cerr << who << ": " << cfg.error().describe() << "\n";
+        return std::nullopt;
+    }
+    return std::move(*cfg);
+}
+
 }  // namespace kubesandbox::bench

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <exception>
 #include <filesystem>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -171,6 +172,9 @@ void scenario_server(boost::asio::io_context& io, LocalCluster& cluster, const E
                      const std::string& server_program);
 void scenario_reaper(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
 void scenario_transfer(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
+// The profiling modes' kubeconfig: the file at `path`, or nullopt after printing why, prefixed
+// with `who`.
+std::optional<KubeConfig> load_kubeconfig_file(const std::string& path, const char* who);
 int exec_client_main(int argc, char** argv);
 // --router-client KUBECONFIG CALLS: execute("true") CALLS times through the router of a running
 // kubesandbox-local (KUBECONFIG.router), one warm busybox-runtime claim; prints client CPU per
