@@ -1,57 +1,18 @@
 // The TLS stream over a real loopback socket pair: bytes exact both ways with a read and a write
 // pending at once, gather writes, how each kind of end reads (close_notify, a bare TCP close, a
-// reset while writing), deadlines, and operations after close; records received together read
-// in one call, and batched records stay in order with KeyUpdates; held writes leave with the
-// next write, a flush or the shutdown; and a plain TCP stream's deadline.
-#include "local/tls_certs.hpp"
-#include "net/any_stream.hpp"
-#include "net/tls_context.hpp"
+// reset while writing), deadlines, and operations after close; and a plain TCP stream's deadline.
+// Records, batches and held writes: tls_records_test.cpp.
+#include "tls_pair.hpp"
 
-#include "../support/run_test.hpp"
-
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/ssl/context.hpp>
-#include <boost/asio/ssl/error.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 
-#include <gtest/gtest.h>
-
-#include <openssl/ssl.h>
-
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
-
-#include <array>
 #include <atomic>
-#include <functional>
-#include <memory>
-#include <string>
 #include <thread>
-#include <vector>
 
-namespace ks = kubesandbox;
-namespace asio = boost::asio;
-using asio::ip::tcp;
-using boost::system::error_code;
-using ks::net::AnyStream;
-using namespace std::chrono_literals;
-using namespace asio::experimental::awaitable_operators;
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+using namespace tls_test;
 
 namespace {
-
-std::string pattern(std::size_t n, unsigned seed) {
-    std::string s(n, '\0');
-    for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 131 + seed * 7 + (i >> 12)) & 0xff);
-    return s;
-}
 
 // What a read cut by its deadline, and the operations after it, gave.
 struct PastDeadline {
@@ -76,60 +37,6 @@ asio::awaitable<PastDeadline> read_past_deadline(AnyStream& client) {
     auto [l, ln] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
     r.after_close = l;
     co_return r;
-}
-
-class TlsStreamTest : public ::testing::Test {
-protected:
-    void SetUp() override {
-        auto certs = ks::local::generate_serving_certs();
-        ASSERT_TRUE(certs.has_value());
-        server_ctx.use_certificate_chain(asio::buffer(certs->cert_pem));
-        server_ctx.use_private_key(asio::buffer(certs->key_pem), asio::ssl::context::pem);
-        ks::net::TlsClientSettings settings;
-        settings.ca_pem = certs->ca_pem;
-        auto ctx = ks::net::make_tls_client_context(settings);
-        ASSERT_TRUE(ctx.has_value());
-        client_ctx = *ctx;
-    }
-
-    // A handshaken client/server pair over loopback; the client verifies `verify_host`.
-    asio::awaitable<std::pair<AnyStream, AnyStream>> pair(std::string verify_host = "127.0.0.1") {
-        tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
-        tcp::socket client_socket(io);
-        co_await client_socket.async_connect(acceptor.local_endpoint(), asio::use_awaitable);
-        tcp::socket server_socket = co_await acceptor.async_accept(asio::use_awaitable);
-        AnyStream client = AnyStream::tls_client(std::move(client_socket), *client_ctx, "", verify_host);
-        AnyStream server = AnyStream::tls_server(std::move(server_socket), server_ctx);
-        auto handshakes = co_await (client.async_handshake(use_tuple) && server.async_handshake(use_tuple));
-        const error_code client_ec = std::get<0>(handshakes), server_ec = std::get<0>(std::get<1>(handshakes));
-        EXPECT_FALSE(client_ec) << client_ec.message();
-        EXPECT_FALSE(server_ec) << server_ec.message();
-        co_return std::pair<AnyStream, AnyStream>{std::move(client), std::move(server)};
-    }
-
-    // The client's handshake result against a server whose certificate names 127.0.0.1, ::1
-    // and localhost, verifying `verify_host`.
-    asio::awaitable<error_code> handshake_verifying(std::string verify_host) {
-        tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
-        tcp::socket client_socket(io);
-        co_await client_socket.async_connect(acceptor.local_endpoint(), asio::use_awaitable);
-        tcp::socket server_socket = co_await acceptor.async_accept(asio::use_awaitable);
-        AnyStream client = AnyStream::tls_client(std::move(client_socket), *client_ctx, "", verify_host);
-        AnyStream server = AnyStream::tls_server(std::move(server_socket), server_ctx);
-        auto handshakes = co_await (client.async_handshake(use_tuple) && server.async_handshake(use_tuple));
-        co_return std::get<0>(handshakes);
-    }
-
-    void run(std::function<asio::awaitable<void>()> body) { ks::test::run_coroutine_test(io, body, 30s); }
-
-    asio::io_context io;
-    asio::ssl::context server_ctx{asio::ssl::context::tls_server};
-    std::shared_ptr<asio::ssl::context> client_ctx;
-};
-
-asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
-    asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(use_tuple);
 }
 
 TEST_F(TlsStreamTest, BytesArriveExactBothWaysWhileReadAndWritePendTogether) {
@@ -383,189 +290,6 @@ TEST_F(TlsStreamTest, ADeadlineEndsAWriteThePeerNeverReads) {
     EXPECT_GE(took, 250ms);
     EXPECT_LT(took, 10s);
     EXPECT_TRUE(later);
-}
-
-TEST_F(TlsStreamTest, AReadTakesEveryRecordAlreadyReceivedInOneCall) {
-    const std::string message = pattern(64 << 10, 12);  // four full records, sealed in one write
-    std::string got(256 << 10, '\0');
-    std::size_t first = 0;
-    run([&]() -> asio::awaitable<void> {
-        auto [client, server] = co_await pair();
-        char c;
-        co_await asio::async_write(server, asio::buffer(std::string("?")), use_tuple);  // after the tickets
-        co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
-        co_await asio::async_write(server, asio::buffer(message), use_tuple);
-        co_await sleep_for(50ms);
-        auto [e, n] = co_await client.async_read_some(asio::buffer(got), use_tuple);
-        EXPECT_FALSE(e) << e.message();
-        first = n;
-    });
-    EXPECT_EQ(first, message.size());
-    EXPECT_TRUE(got.compare(0, message.size(), message) == 0);
-}
-
-// Held writes complete at once and send nothing; their records leave with the next write
-// that is not held (one read takes both), with a flush, or ahead of a shutdown's close_notify.
-TEST_F(TlsStreamTest, HeldWritesLeaveWithTheNextWriteAFlushOrTheShutdown) {
-    std::vector<std::string> reads;
-    bool quiet_while_held = false, quiet_while_held_again = false, eof_last = false;
-    run([&]() -> asio::awaitable<void> {
-        auto [client, server] = co_await pair();
-        char c;
-        co_await asio::async_write(server, asio::buffer(std::string("?")), use_tuple);  // after the tickets
-        co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
-        auto read_now = [&]() -> asio::awaitable<void> {
-            std::string got(1024, '\0');
-            auto [e, n] = co_await client.async_read_some(asio::buffer(got), use_tuple);
-            EXPECT_FALSE(e) << e.message();
-            reads.push_back(got.substr(0, n));
-        };
-        server.hold_writes(true);
-        auto [e1, n1] = co_await asio::async_write(server, asio::buffer(std::string("first,")), use_tuple);
-        EXPECT_FALSE(e1);
-        EXPECT_EQ(n1, 6U);
-        co_await sleep_for(50ms);
-        quiet_while_held = client.idle_alive();  // nothing has arrived
-        server.hold_writes(false);
-        co_await asio::async_write(server, asio::buffer(std::string("second")), use_tuple);
-        co_await sleep_for(50ms);
-        co_await read_now();  // both records, in one read
-
-        server.hold_writes(true);
-        co_await asio::async_write(server, asio::buffer(std::string("flushed")), use_tuple);
-        co_await sleep_for(50ms);
-        quiet_while_held_again = client.idle_alive();
-        server.hold_writes(false);
-        auto [fe] = co_await server.async_flush(use_tuple);
-        EXPECT_FALSE(fe) << fe.message();
-        co_await read_now();
-
-        server.hold_writes(true);
-        co_await asio::async_write(server, asio::buffer(std::string("last")), use_tuple);
-        server.hold_writes(false);
-        auto shutdown = [&]() -> asio::awaitable<void> { co_await server.async_shutdown(use_tuple); };
-        auto reader = [&]() -> asio::awaitable<void> {
-            co_await read_now();
-            std::string rest(16, '\0');
-            auto [e, n] = co_await client.async_read_some(asio::buffer(rest), use_tuple);
-            eof_last = e == asio::error::eof && n == 0;
-            co_await client.async_shutdown(use_tuple);
-        };
-        co_await (shutdown() && reader());
-    });
-    EXPECT_TRUE(quiet_while_held);
-    EXPECT_TRUE(quiet_while_held_again);
-    EXPECT_EQ(reads, (std::vector<std::string>{"first,second", "flushed", "last"}));
-    EXPECT_TRUE(eof_last);
-}
-
-TEST_F(TlsStreamTest, BytesBeforeACloseNotifyComeFirstAndTheEndAfterThem) {
-    const std::string message = pattern(40000, 13);  // three records, then the close_notify
-    std::string got(256 << 10, '\0');
-    std::size_t first = 0;
-    error_code first_ec, second_ec, shutdown_ec;
-    run([&]() -> asio::awaitable<void> {
-        auto [client, server] = co_await pair();
-        auto serve = [&]() -> asio::awaitable<void> {
-            co_await asio::async_write(server, asio::buffer(message), use_tuple);
-            auto [e] = co_await server.async_shutdown(use_tuple);  // ends with the client's close_notify
-            shutdown_ec = e;
-        };
-        auto read = [&]() -> asio::awaitable<void> {
-            co_await sleep_for(50ms);  // everything, the close_notify included, has arrived
-            auto [e1, n1] = co_await client.async_read_some(asio::buffer(got), use_tuple);
-            first_ec = e1;
-            first = n1;
-            auto [e2, n2] = co_await client.async_read_some(asio::buffer(got), use_tuple);
-            second_ec = e2;
-            co_await client.async_shutdown(use_tuple);
-        };
-        co_await (serve() && read());
-    });
-    EXPECT_FALSE(first_ec) << first_ec.message();
-    EXPECT_EQ(first, message.size());
-    EXPECT_TRUE(got.compare(0, message.size(), message) == 0);
-    EXPECT_EQ(second_ec, asio::error::eof) << second_ec.message();
-    EXPECT_FALSE(shutdown_ec) << shutdown_ec.message();
-}
-
-// A peer that reads slowly keeps our writes waiting with sealed records queued, and asks for a
-// new key every 256 KiB, the first time while our socket is full. Our answering KeyUpdate is
-// sealed into a later batch, between records under the old key and records under the new one:
-// the peer must decrypt every byte. The peer is plain blocking OpenSSL in a thread.
-TEST_F(TlsStreamTest, KeyUpdatesRequestedWhileWritesWaitAreAnsweredBetweenTheRightRecords) {
-    const std::string data = pattern(8 << 20, 14);
-    std::string got;
-    int peer_error = 0, key_updates = 0;
-    error_code wec, rec;
-    tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
-    const tcp::endpoint at = acceptor.local_endpoint();
-    std::thread peer([&] {
-        error_code ec;
-        tcp::socket s = acceptor.accept(ec);
-        if (ec) return;
-        const int small = 32 << 10;
-        ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-        const timeval bound{20, 0};  // a blocked peer must not outlive the test's own bound
-        ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
-        ::setsockopt(s.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
-        SSL* ssl = SSL_new(server_ctx.native_handle());
-        SSL_set_fd(ssl, s.native_handle());
-        if (SSL_accept(ssl) != 1) peer_error = -1;
-        std::vector<char> buf(16 << 10);
-        // First a stall with our socket full, one record read, and a request.
-        ::usleep(200000);
-        if (const int n = SSL_read(ssl, buf.data(), static_cast<int>(buf.size())); n > 0)
-            got.append(buf.data(), static_cast<std::size_t>(n));
-        if (SSL_key_update(ssl, SSL_KEY_UPDATE_REQUESTED) == 1 && SSL_do_handshake(ssl) == 1) ++key_updates;
-        ::usleep(200000);
-        while (peer_error == 0 && got.size() < data.size()) {
-            const int n = SSL_read(ssl, buf.data(), static_cast<int>(buf.size()));
-            if (n <= 0) {
-                peer_error = SSL_get_error(ssl, n);
-                break;
-            }
-            const std::size_t before = got.size();
-            got.append(buf.data(), static_cast<std::size_t>(n));
-            if (before / (256 << 10) != got.size() / (256 << 10)) {
-                if (SSL_key_update(ssl, SSL_KEY_UPDATE_REQUESTED) == 1 && SSL_do_handshake(ssl) == 1) ++key_updates;
-            }
-            if (before / (1 << 20) != got.size() / (1 << 20)) ::usleep(20000);
-        }
-        SSL_shutdown(ssl);
-        SSL_free(ssl);
-    });
-    run([&]() -> asio::awaitable<void> {
-        tcp::socket socket(io);
-        co_await socket.async_connect(at, asio::use_awaitable);
-        const int small = 64 << 10;
-        ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
-        AnyStream client = AnyStream::tls_client(std::move(socket), *client_ctx, "", "127.0.0.1");
-        auto [h] = co_await client.async_handshake(use_tuple);
-        EXPECT_FALSE(h) << h.message();
-        auto write = [&]() -> asio::awaitable<void> {
-            auto [e, n] = co_await asio::async_write(client, asio::buffer(data), use_tuple);
-            wec = e;
-        };
-        auto read = [&]() -> asio::awaitable<void> {  // the KeyUpdate requests, then the close_notify
-            char c;
-            for (;;) {
-                auto [e, n] = co_await client.async_read_some(asio::buffer(&c, 1), use_tuple);
-                if (e) {
-                    rec = e;
-                    break;
-                }
-            }
-        };
-        co_await (write() && read());
-        client.close();
-    });
-    peer.join();
-    EXPECT_FALSE(wec) << wec.message();
-    EXPECT_EQ(rec, asio::error::eof) << rec.message();
-    EXPECT_EQ(peer_error, 0);
-    EXPECT_GE(key_updates, 20);
-    EXPECT_TRUE(got == data) << "the peer got " << got.size() << " bytes, not the " << data.size() << " sent";
 }
 
 }  // namespace
