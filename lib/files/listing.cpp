@@ -1,6 +1,7 @@
 #include "files/listing.hpp"
 
 #include "files/glob_match.hpp"
+#include "files/scripts.hpp"
 #include "files/text.hpp"
 
 #include <algorithm>
@@ -10,86 +11,12 @@ namespace kubesandbox::files {
 
 namespace {
 
-// Scripts start with `set -- ARGS`; every path is an argument, never part of the script text.
-constexpr const char* ls_script = R"SH(export LC_ALL=C
-exec 2>/dev/null
-p=$1
-[ -e "$p" ] || { echo 'E path_not_found'; exit 0; }
-[ -d "$p" ] || { echo 'E not_a_directory'; exit 0; }
-{ cd -- "$p" && [ -r . ]; } || { echo 'E permission_denied'; exit 0; }
-echo OK
-for e in * .[!.]* ..?*; do
-  if [ -d "$e" ] && [ ! -L "$e" ]; then printf 'd%s\000' "$e"
-  elif [ -e "$e" ] || [ -L "$e" ]; then printf 'f%s\000' "$e"; fi
-done
-)SH";
-
-constexpr const char* delete_script = R"SH(p=$1
-{ [ -e "$p" ] || [ -L "$p" ]; } || { echo 'E not_found'; exit 0; }
-out=$(rm -rf -- "$p" 2>&1) && { echo OK; exit 0; }
-printf 'F%s' "$out"
-exit 1
-)SH";
-
-// Prints R<real root>, the regular files (./rel), an empty record, pairs of (symlink, target)
-// for symlinks to regular files, then X<status of both walks>; all NUL-terminated.
-constexpr const char* glob_script = R"SH(export LC_ALL=C
-r=$1; shift
-exec 2>/dev/null
-[ -e "$r" ] || { echo 'E path_not_found'; exit 0; }
-[ -d "$r" ] || { echo 'E not_a_directory'; exit 0; }
-{ cd -- "$r" && [ -r . ]; } || { echo 'E permission_denied'; exit 0; }
-printf 'R%s\000' "$(pwd -P)"
-if [ $# -eq 0 ]; then set -- -name '*'; else
-  n=$#; for x do set -- "$@" -o -name "$x"; done; shift "$n"; shift
-fi
-find . -type f \( "$@" \) -print0; a=$?
-printf '\000'
-find . -type l \( "$@" \) -exec sh -c 'for l do [ -f "$l" ] && printf "%s\000%s\000" "$l" "$(readlink -f "$l")"; done; true' sh {} +
-b=$?
-printf 'X%s %s\000' "$a" "$b"
-)SH";
-
-// Prints D (a folder) or F (one file), then one record per matching line:
-// <length of name>:<name>:<line number>:<text>\n, the name as find printed it (./rel); then B
-// and one <length>:<name> line per file holding a NUL byte (binary: the client drops its lines).
-// awk names each file with a match once on fd 3 for that check.
-constexpr const char* grep_script = R"SH(export LC_ALL=C
-r=$1; KSB_PATTERN=$2; KSB_MAX=$3; export KSB_PATTERN KSB_MAX; shift 3
-exec 2>/dev/null
-prog='BEGIN { p = ENVIRON["KSB_PATTERN"]; n = split(p, ps, "\n"); m = ENVIRON["KSB_MAX"] + 0 }
-{ hit = (p == ""); for (i = 1; !hit && i <= n; i++) if (ps[i] == "" || index($0, ps[i])) hit = 1 }
-hit { printf "%d:%s:%d:%s\n", length(FILENAME), FILENAME, FNR, $0
-  if (FILENAME != last) { last = FILENAME; printf "%d:%s\n", length(FILENAME), FILENAME > "/dev/fd/3" }
-  if (m && ++c >= m) exit }'
-# (dash ends the shell on an empty $((...)), hence the checks before the arithmetic)
-binary() { n=$(wc -c < "$1") && m=$(tr -d '\000' < "$1" | wc -c) && [ "$((n))" -ne "$((m))" ]; }
-[ -e "$r" ] || { echo 'E path_not_found'; exit 0; }
-if [ ! -d "$r" ]; then
-  [ -r "$r" ] || { echo 'E permission_denied'; exit 0; }
-  echo F
-  binary "$r" || awk "$prog" < "$r" 3>/dev/null
-  exit 0
-fi
-{ cd -- "$r" && [ -r . ]; } || { echo 'E permission_denied'; exit 0; }
-echo D
-if [ $# -eq 0 ]; then set -- -name '*'; else
-  n=$#; for x do set -- "$@" -o -name "$x"; done; shift "$n"; shift
-fi
-exec 4>&1
-bins=$(find . -type f \( "$@" \) -exec awk "$prog" {} + 3>&1 1>&4 | while IFS= read -r rec; do
-  binary "${rec#*:}" && printf '%s\n' "$rec"
-done)
-printf 'B\n%s' "$bins"
-exit 0
-)SH";
-
 std::string with_args(std::initializer_list<std::string_view> args, const std::vector<std::string>& more,
-                      const char* script) {
+                      std::string_view script) {
     std::string cmd = "set --";
     for (auto a : args) cmd += " " + shell_quote(a);
     for (const auto& a : more) cmd += " " + shell_quote(a);
-    return cmd + "\n" + script;
+    return cmd.append("\n").append(script);
 }
 
 std::string detail_of(std::string_view output) {

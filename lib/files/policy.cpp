@@ -1,30 +1,12 @@
 #include "files/policy.hpp"
 
 #include "files/glob_match.hpp"
+#include "files/scripts.hpp"
 #include "files/text.hpp"
 
 namespace kubesandbox::files {
 
 namespace {
-
-// $1: follow (a final symlink is resolved: where a write lands) or parent (only the folders:
-// what rm removes). An empty record refuses: a dangling symlink, a folder that cannot be entered.
-constexpr const char* canonical_script = R"SH(mode=$1; shift
-for p do
-  d=${p%/*}; b=${p##*/}; rest=
-  [ -n "$d" ] || d=/
-  while [ ! -d "$d" ]; do rest=/${d##*/}$rest; d=${d%/*}; [ -n "$d" ] || d=/; done
-  if r=$(cd -- "$d" 2>/dev/null && pwd -P); then
-    r=${r%/}$rest/$b
-    if [ "$mode" = follow ] && [ -L "$p" ]; then
-      if [ -e "$p" ]; then r=$(readlink -f "$p" 2>/dev/null) || r=; else r=; fi
-    fi
-  else
-    r=
-  fi
-  printf '%s\000' "$r"
-done
-)SH";
 
 // Segments after resolving "." and ".."; `climbed` set when ".." went above the start.
 std::vector<std::string_view> resolve_segments(std::string_view path, bool& climbed) {
@@ -99,7 +81,7 @@ std::optional<std::string> denied_command(const FilePolicy& policy, std::string_
 std::string canonical_paths_command(bool follow_last, const std::vector<std::string>& paths) {
     std::string cmd = follow_last ? "set -- follow" : "set -- parent";
     for (const auto& p : paths) cmd += " " + shell_quote(p);
-    return cmd + "\n" + canonical_script;
+    return cmd.append("\n").append(canonical_script);
 }
 
 std::optional<std::vector<std::optional<std::string>>> parse_canonical_paths(std::string_view output,

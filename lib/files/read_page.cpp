@@ -1,5 +1,6 @@
 #include "files/read_page.hpp"
 
+#include "files/scripts.hpp"
 #include "files/text.hpp"
 
 #include <algorithm>
@@ -43,29 +44,6 @@ ReadResult content_result(std::string content, std::string encoding) {
     return r;
 }
 
-constexpr const char* read_script = R"SH(export LC_ALL=C
-exec 2>/dev/null
-f=$1
-[ -e "$f" ] || { echo 'E file_not_found'; exit 0; }
-[ -f "$f" ] || { echo 'E not_a_file'; exit 0; }
-[ -r "$f" ] || { echo 'E permission_denied'; exit 0; }
-s=$(wc -c < "$f") || { echo 'E permission_denied'; exit 0; }
-s=$((s))
-if [ "$s" -le 512000 ]; then echo "W $s"; exec cat < "$f"; fi
-if [ "$2" != text ]; then echo "B $s"; exit 0; fi
-cr=$(printf '\r')
-norm() { sed "s/$cr\$//" < "$f" | tr '\015' '\012'; }
-echo "L $s"
-head -c 8192 < "$f"
-if [ "$s" -le 1048576 ] || [ $(($(norm | tail -n "+$3" | head -c 1 | wc -c))) -eq 0 ]; then
-  c=$(norm | wc -l); t=$(norm | tail -c 1 | wc -l)
-  echo "N $((c)) $((t))"
-else
-  echo "N -"
-fi
-norm | tail -n "+$3" | head -n "$4" | head -c 512001
-)SH";
-
 }  // namespace
 
 FileKind file_kind(std::string_view path) {
@@ -87,7 +65,8 @@ FileKind file_kind(std::string_view path) {
 std::string read_command(std::string_view path, FileKind kind, long long offset, long long limit) {
     // One line past the page tells "more lines follow" from "the page ends at the end of file".
     return "set -- " + shell_quote(path) + (kind == FileKind::text ? " text " : " binary ") +
-           std::to_string(offset + 1) + " " + std::to_string(std::min(limit, 1000000000LL) + 1) + "\n" + read_script;
+           std::to_string(offset + 1) + " " + std::to_string(std::min(limit, 1000000000LL) + 1) + "\n" +
+           std::string(read_script);
 }
 
 ParsedRead parse_read_output(std::string_view out, bool output_truncated) {

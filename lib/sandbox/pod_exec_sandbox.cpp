@@ -1,5 +1,6 @@
 #include <kubesandbox/pod_exec_sandbox.hpp>
 
+#include "files/scripts.hpp"
 #include "files/text.hpp"
 #include "kube/client_impl.hpp"
 #include "kube/exec_session.hpp"
@@ -120,7 +121,7 @@ PodExecSandbox::PodExecSandbox(KubeClient client, std::string namespace_name, st
                                         launch_tail(options_)};
         sessions_.reset(new Sessions{std::make_shared<sandbox::ShellSessionPool>(
             KubeClientAccess::impl(client_), make_target(*this, std::move(driver), true), options_.idle_shell_sessions,
-            options_.shell_session_idle_limit)});
+            options_.shell_session_idle_limit, files::command_scripts)});
     }
 }
 

@@ -16,6 +16,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <optional>
@@ -35,6 +36,11 @@ constexpr std::size_t max_hello = 256;
 constexpr auto end_grace = std::chrono::seconds(5);
 
 std::vector<std::string> exec_protocols() { return {"v5.channel.k8s.io", "v4.channel.k8s.io"}; }
+
+// What a server in front of the API server answers a request line or header it finds too long.
+bool refused_as_too_long(const Error& e) {
+    return e.http_status == 400 || e.http_status == 413 || e.http_status == 414 || e.http_status == 431;
+}
 
 // One command in flight; lives in run()'s frame, reached by the reader through `current`.
 struct Command {
@@ -79,7 +85,8 @@ struct ShellSession::Private : std::enable_shared_from_this<ShellSession::Privat
     std::string marker;
     // Sent with it: command N's own marker is `exec_prefix`N (in its environment, for the kill).
     std::string exec_prefix;
-    std::atomic<std::uint64_t> commands{};  // commands sent so far; changed on the strand only
+    std::atomic<std::uint64_t> commands{};      // commands sent so far; changed on the strand only
+    std::span<const std::string_view> scripts;  // the driver keeps them: requests name them
 
     void arm_idle_timer() {
         const std::uint64_t generation = ++idle_generation;
@@ -212,12 +219,15 @@ void ShellSession::end() {
 
 asio::awaitable<Result<std::shared_ptr<ShellSession>>> ShellSession::open(std::shared_ptr<KubeClient::Impl> client,
                                                                           kube::ExecTarget driver,
-                                                                          Clock::duration idle_limit) {
+                                                                          Clock::duration idle_limit,
+                                                                          std::span<const std::string_view> scripts) {
     auto state = std::make_shared<Private>(client->executor, idle_limit);
     state->token = util::random_hex(8);
     state->marker = util::random_hex(16);
     state->exec_prefix = util::random_hex(6);
+    state->scripts = scripts.first(std::min(scripts.size(), max_stored_scripts));
     driver.command.push_back(state->token);
+    driver.command.insert(driver.command.end(), state->scripts.begin(), state->scripts.end());
     auto op = [client, state, driver = std::move(driver)]() -> asio::awaitable<Result<std::shared_ptr<ShellSession>>> {
         co_await asio::this_coro::throw_if_cancelled(false);
         auto opened =
@@ -313,7 +323,7 @@ asio::awaitable<Result<ShellRun>> ShellSession::run(std::string_view command, st
         state->busy = true;
         state->disarm_idle_timer();
         const std::uint64_t number = ++state->commands;
-        const std::string request = encode_shell_request(command, number);
+        const std::string request = encode_shell_request(command, number, state->scripts);
         Command cmd(command_trailer(state->marker, number), cap, state->strand);
         state->current = &cmd;
         cmd.wake.expires_after(timeout ? *timeout : Clock::duration::max());
@@ -352,8 +362,13 @@ asio::awaitable<Result<ShellRun>> ShellSession::run(std::string_view command, st
 }
 
 ShellSessionPool::ShellSessionPool(std::shared_ptr<KubeClient::Impl> client, kube::ExecTarget driver,
-                                   std::size_t max_sessions, Clock::duration idle_limit)
-    : client_(std::move(client)), driver_(std::move(driver)), max_sessions_(max_sessions), idle_limit_(idle_limit) {}
+                                   std::size_t max_sessions, Clock::duration idle_limit,
+                                   std::span<const std::string_view> scripts)
+    : client_(std::move(client)),
+      driver_(std::move(driver)),
+      max_sessions_(max_sessions),
+      idle_limit_(idle_limit),
+      scripts_(scripts) {}
 
 ShellSessionPool::~ShellSessionPool() = default;  // each idle session ends in its destructor
 
@@ -390,7 +405,15 @@ asio::awaitable<Result<std::shared_ptr<ShellSession>>> ShellSessionPool::acquire
             --pool->in_use_;
         }
     } undo{this};
-    auto opened = co_await ShellSession::open(client_, driver_, idle_limit_);
+    const bool with_scripts = !scripts_.empty() && !scripts_refused_;
+    auto opened = co_await ShellSession::open(client_, driver_, idle_limit_,
+                                              with_scripts ? scripts_ : std::span<const std::string_view>());
+    if (!opened && with_scripts && refused_as_too_long(opened.error())) {
+        // The scripts make the exec's URL some 7 KB longer: a proxy with a small limit on request
+        // lines (nginx's 8 KB) answers so. Without them, commands carry their scripts.
+        opened = co_await ShellSession::open(client_, driver_, idle_limit_);
+        if (opened) scripts_refused_ = true;
+    }
     if (opened) undo.pool = nullptr;
     co_return opened;
 }
@@ -415,6 +438,8 @@ std::size_t ShellSessionPool::reusable_count() const {
         if (idle.session->reusable()) ++n;
     return n;
 }
+
+bool ShellSessionPool::keeps_scripts() const { return !scripts_.empty() && !scripts_refused_; }
 
 std::size_t ShellSessionPool::opened_count() const {
     std::lock_guard lock(mutex_);

@@ -10,12 +10,15 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kubesandbox::sandbox {
@@ -24,11 +27,13 @@ class ShellSession;
 
 // The sessions of one sandbox: at most `max_sessions` at once, none kept idle longer than
 // `idle_limit` (below the idle timeouts of load balancers in front of API servers). A command
-// that finds them all busy runs in an exec of its own.
+// that finds them all busy runs in an exec of its own. Each session's driver keeps `scripts`
+// (static storage): commands that end with one send its number, not the script; when a server
+// in the way refuses the longer exec request, sessions start without them.
 class ShellSessionPool {
 public:
     ShellSessionPool(std::shared_ptr<KubeClient::Impl> client, kube::ExecTarget driver, std::size_t max_sessions,
-                     std::chrono::steady_clock::duration idle_limit);
+                     std::chrono::steady_clock::duration idle_limit, std::span<const std::string_view> scripts = {});
     ~ShellSessionPool();  // idle sessions end gracefully (the driver sees end of input)
     ShellSessionPool(const ShellSessionPool&) = delete;
     ShellSessionPool& operator=(const ShellSessionPool&) = delete;
@@ -42,6 +47,7 @@ public:
     std::size_t idle_count() const;
     std::size_t reusable_count() const;  // idle sessions a command could use now
     std::size_t opened_count() const;    // sessions opened so far (for tests and benchmarks)
+    bool keeps_scripts() const;          // sessions start with the scripts (not refused)
 
 private:
     struct Idle {
@@ -52,6 +58,8 @@ private:
     kube::ExecTarget driver_;
     std::size_t max_sessions_;
     std::chrono::steady_clock::duration idle_limit_;
+    std::span<const std::string_view> scripts_;
+    std::atomic<bool> scripts_refused_{};
     mutable std::mutex mutex_;
     std::vector<Idle> idle_;
     std::size_t opened_{};
@@ -72,10 +80,11 @@ public:
     ~ShellSession();
 
     // Opens a session running the driver as `driver` (an exec with stdin) followed by a token of
-    // its own; it ends itself once idle for `idle_limit`.
+    // its own and `scripts` (static storage) for it to keep; it ends itself once idle for
+    // `idle_limit`.
     static boost::asio::awaitable<Result<std::shared_ptr<ShellSession>>> open(
         std::shared_ptr<KubeClient::Impl> client, kube::ExecTarget driver,
-        std::chrono::steady_clock::duration idle_limit);
+        std::chrono::steady_clock::duration idle_limit, std::span<const std::string_view> scripts = {});
 
     // Sends `command` to the driver, which runs it after the launch line with next_exec_marker(),
     // and collects the output up to `cap` per stream until both trailers. On a timeout or a cancelled caller the

@@ -4,7 +4,9 @@
 //
 // Wire format (stdin): a line holding the session's marker, a space and the prefix of its
 // commands' markers, once; then per command each line of the command prefixed with '+' (a last
-// line without a newline with '-'), then a line "." N for the N-th command (from 1). The driver
+// line without a newline with '-'), or for a command that ends with a script the driver was started
+// with, its prefix so and a line "*" K for the K-th script; then a line "." N for the N-th command
+// (from 1). The driver
 // answers on stdout with "KSB1 PID PGID GROUPS\n" once at start (GROUPS "1" when each command
 // gets a process group of its own, else empty), then after the N-th command "MARKER.N STATUS\n"
 // on stdout and "MARKER.N\n" on stderr. The N-th command runs as `SHELL -c SCRIPT`, SCRIPT being
@@ -14,18 +16,22 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
 namespace kubesandbox::sandbox {
 
-// The driver, run as `SHELL -c DRIVER sh SHELL OWN_GROUPS HEAD TAIL TOKEN` (OWN_GROUPS "1" or
-// "0"; HEAD and TAIL: the launch line around each command's marker).
+// The driver, run as `SHELL -c DRIVER sh SHELL OWN_GROUPS HEAD TAIL TOKEN [SCRIPT...]` (OWN_GROUPS
+// "1" or "0"; HEAD and TAIL: the launch line around each command's marker; the SCRIPTs, at most
+// max_stored_scripts: ends of commands it keeps, so that requests can name them).
 std::string_view shell_session_driver();
+inline constexpr std::size_t max_stored_scripts = 99;
 
 // The request that makes the driver run `command` (which holds no NUL) as the session's
-// `number`-th command (from 1).
-std::string encode_shell_request(std::string_view command, std::uint64_t number);
+// `number`-th command (from 1); `stored`: the SCRIPTs the driver was started with, in order.
+std::string encode_shell_request(std::string_view command, std::uint64_t number,
+                                 std::span<const std::string_view> stored = {});
 
 // The marker of the `command`-th command (from 1) of a session whose prefix (letters and digits
 // only) is `prefix`.

@@ -1,6 +1,10 @@
 // The shell session's driver (sandbox/shell_session_core) run by dash and by busybox over pipes,
 // outside any sandbox: trailers end each command's output, each command runs in a fresh shell,
 // and end of input ends the driver.
+#include "files/listing.hpp"
+#include "files/policy.hpp"
+#include "files/read_page.hpp"
+#include "files/scripts.hpp"
 #include "sandbox/shell_session_core.hpp"
 
 #include <gtest/gtest.h>
@@ -13,7 +17,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace {
 
@@ -26,7 +33,8 @@ using kubesandbox::sandbox::TrailerScanner;
 // runs in a fresh shell, and nothing of the driver's own variables reaches it.
 class Driver {
 public:
-    Driver(const char* shell, const char* own_groups) {
+    // `stored`: the scripts the driver keeps, after its token.
+    Driver(const char* shell, const char* own_groups, const std::vector<std::string>& stored = {}) {
         int in[2], out[2], err[2];
         if (pipe(in) != 0 || pipe(out) != 0 || pipe(err) != 0) return;
         pid_ = fork();
@@ -37,9 +45,13 @@ public:
             dup2(err[1], 2);
             for (int fd : {in[0], in[1], out[0], out[1], err[0], err[1]}) close(fd);
             const std::string script(kubesandbox::sandbox::shell_session_driver());
-            execl(shell, shell, "-c", script.c_str(), "sh", shell, own_groups,
-                  "KUBESANDBOX_EXEC=", "; export KUBESANDBOX_EXEC; trap : EXIT; ", "token",
-                  static_cast<char*>(nullptr));
+            std::vector<const char*> argv{
+                shell,  "-c",       script.c_str(),      "sh",
+                shell,  own_groups, "KUBESANDBOX_EXEC=", "; export KUBESANDBOX_EXEC; trap : EXIT; ",
+                "token"};
+            for (const auto& s : stored) argv.push_back(s.c_str());
+            argv.push_back(nullptr);
+            execv(shell, const_cast<char* const*>(argv.data()));
             _exit(127);
         }
         close(in[0]);
@@ -94,9 +106,11 @@ struct Ran {
 };
 
 // Runs the `n`-th command of the session whose marker is `session`.
-Ran run_in(Driver& d, const std::string& session, std::uint64_t n, const std::string& script) {
+// `stored`: the scripts the driver keeps.
+Ran run_in(Driver& d, const std::string& session, std::uint64_t n, const std::string& script,
+           std::span<const std::string_view> stored = {}) {
     Ran r;
-    EXPECT_TRUE(d.send(encode_shell_request(script, n)));
+    EXPECT_TRUE(d.send(encode_shell_request(script, n, stored)));
     const std::string m = command_trailer(session, n);
     TrailerScanner out(m, TrailerScanner::Kind::stdout_with_status), err(m, TrailerScanner::Kind::stderr_bare);
     bool truncated = false;
@@ -202,6 +216,71 @@ void exercise_driver(const char* shell, const char* own_groups) {
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
 }
 
+// Commands that end with a script the driver keeps name it instead of carrying it, and run as if
+// they had carried it: the file operations' commands print the same bytes either way, and so does a
+// script of every byte.
+void run_stored_scripts(const char* shell) {
+    std::string bytes;
+    for (int c = 1; c < 256; ++c) bytes.push_back(static_cast<char>(c));
+    std::string every_byte = "printf %s '";
+    for (char c : bytes) every_byte += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    every_byte += "'";  // no newline at its end
+    std::vector<std::string> stored(kubesandbox::files::command_scripts.begin(),
+                                    kubesandbox::files::command_scripts.end());
+    stored.push_back(every_byte);
+    std::vector<std::string_view> names(stored.begin(), stored.end());
+    Driver kept(shell, "0", stored);
+    Driver plain(shell, "0");
+    for (Driver* d : {&kept, &plain}) {
+        ASSERT_GT(d->pid(), 0);
+        std::string hello;
+        ASSERT_TRUE(d->read_until(d->out(), hello, [&] { return hello.find('\n') != std::string::npos; }));
+        ASSERT_TRUE(d->send(std::string(32, 'c') + " k7\n"));
+    }
+    char dir[] = "/tmp/ksb-stored-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    const std::string root = dir;
+    const std::string odd = root + "/a 'b' $c\n.txt";
+    {
+        FILE* f = fopen(odd.c_str(), "w");
+        ASSERT_NE(f, nullptr);
+        fputs("one\nneedle two\n\nneedle three", f);
+        fclose(f);
+    }
+    namespace files = kubesandbox::files;
+    const std::vector<std::string> commands{
+        files::ls_command(root),
+        files::glob_command(root, {"*.txt"}),
+        files::grep_command(root, "needle", std::nullopt, {}),
+        files::read_command(odd, files::FileKind::text, 1, 10),
+        files::canonical_paths_command(true, {odd, root + "/missing/x"}),
+        "echo before; " + every_byte,
+        every_byte,
+        "printf 'no newline'" + std::string(files::ls_script),  // the script follows the line at once
+        files::remove_command(odd),
+    };
+    std::uint64_t n = 0;
+    for (const auto& command : commands) {
+        ++n;
+        const std::string request = encode_shell_request(command, n, names);
+        EXPECT_LT(request.size(), 200u) << "the script was sent: " << command;
+        auto with = run_in(kept, std::string(32, 'c'), n, command, names);
+        // The plain driver runs the removal once only: it is compared with what the kept one left.
+        if (command == commands.back()) {
+            EXPECT_EQ(with.out, "OK\n");
+            EXPECT_NE(access(odd.c_str(), F_OK), 0);
+            continue;
+        }
+        auto without = run_in(plain, std::string(32, 'c'), n, command);
+        EXPECT_EQ(with.out, without.out) << command;
+        EXPECT_EQ(with.err, without.err) << command;
+        EXPECT_EQ(with.status, without.status) << command;
+        EXPECT_FALSE(with.out.empty()) << command;
+    }
+    EXPECT_EQ(run_in(kept, std::string(32, 'c'), ++n, every_byte, names).out, bytes);
+    rmdir(dir);
+}
+
 // A request the driver cannot read ends it, before anything runs; so does one numbered for
 // another command (what a subshell killed before its request would leave to the next).
 void refuse_request(const char* shell, const std::string& request) {
@@ -235,6 +314,10 @@ void refuse_request(const char* shell, const std::string& request) {
 
 void refuse_malformed(const char* shell) {
     refuse_request(shell, "bad\n.1\n");
+    refuse_request(shell, "*1\n.1\n");  // this driver keeps no scripts
+    refuse_request(shell, "*0\n.1\n");
+    refuse_request(shell, "*01\n.1\n");
+    refuse_request(shell, "*1x\n.1\n");
     refuse_request(shell, ".2\n");
     refuse_request(shell, ".\n");
 }
@@ -242,6 +325,7 @@ void refuse_malformed(const char* shell) {
 TEST(ShellSessionDriver, RunsCommandsInFreshShellsUnderDash) {
     exercise_driver("/bin/sh", "0");
     exercise_driver("/bin/sh", "1");
+    run_stored_scripts("/bin/sh");
     refuse_malformed("/bin/sh");
 }
 
@@ -254,6 +338,7 @@ TEST(ShellSessionDriver, RunsCommandsInFreshShellsUnderBusybox) {
     ASSERT_EQ(symlink("/bin/busybox", sh.c_str()), 0);
     exercise_driver(sh.c_str(), "0");
     exercise_driver(sh.c_str(), "1");
+    run_stored_scripts(sh.c_str());
     refuse_malformed(sh.c_str());
     unlink(sh.c_str());
     rmdir(dir);
@@ -263,6 +348,7 @@ TEST(ShellSessionDriver, RunsCommandsInFreshShellsUnderBash) {
     if (access("/bin/bash", X_OK) != 0) GTEST_FAIL() << "bash is part of the test set-up";
     exercise_driver("/bin/bash", "0");
     exercise_driver("/bin/bash", "1");
+    run_stored_scripts("/bin/bash");
     refuse_malformed("/bin/bash");
 }
 

@@ -1,8 +1,11 @@
 // SandboxTest, execute() through shell sessions: one session serves a run of commands, each in a
 // fresh shell; a timeout kills the command's processes but not what earlier commands left
 // running; output between commands retires a session; a session that ends leaves background
-// processes alone, as an exec of its own would (sandbox_fixture.hpp).
+// processes alone, as an exec of its own would; file operations send only their arguments
+// (sandbox_fixture.hpp).
 #include "sandbox_fixture.hpp"
+
+#include <kubesandbox/file_ops.hpp>
 
 namespace {
 using namespace kubesandbox;
@@ -186,6 +189,49 @@ TEST_F(SandboxTest, ASessionThatEndsLeavesBackgroundProcessesRunning) {
         auto p = co_await plain.execute("echo a; echo b >&2; exit 4");
         EXPECT_TRUE(p && p->output == "a\n\nb\n" && p->exit_code == 4);
         EXPECT_EQ(plain.shell_sessions_opened(), 0u);
+    });
+}
+
+// How many lines of the session driver's arguments set the grep script's pattern (the command's
+// shell is the driver's child).
+const std::string scripts_in_driver = "tr '\\000' '\\n' < /proc/$PPID/cmdline | grep -cF 'KSB_PATTERN=$2'";
+
+asio::awaitable<void> check_file_operations(Sandbox& s, const std::string& dir) {
+    FileOps files(s);
+    auto w = co_await files.write(dir + "/a 'b'.txt", "one\nneedle $two\n");
+    EXPECT_TRUE(w && !w->error) << (w ? w->error.value_or("") : w.error().describe());
+    auto r = co_await files.read(dir + "/a 'b'.txt", 1, 5);
+    EXPECT_TRUE(r && r->file_data && r->file_data->content == "needle $two") << (r ? r->error.value_or("") : "");
+    auto g = co_await files.grep("needle", dir, "", std::nullopt);
+    EXPECT_TRUE(g && g->matches && g->matches->size() == 1 && g->matches->front().line == 2);
+    auto l = co_await files.ls(dir);
+    EXPECT_TRUE(l && l->entries && l->entries->size() == 1);
+    auto globbed = co_await files.glob("*.txt", dir);
+    EXPECT_TRUE(globbed && globbed->matches && globbed->matches->size() == 1);
+}
+
+// The file operations' commands name the scripts the session's driver keeps: the driver holds them,
+// and they run as if sent. A server in the way that refuses the exec's longer URL gets a session
+// without them, and the commands carry their scripts in the same session.
+TEST_F(SandboxTest, SessionsKeepTheFileOperationsScriptsUnlessTheLongerRequestIsRefused) {
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
+        co_await check_file_operations(s, "/tmp/kept");
+        auto kept = co_await s.execute(scripts_in_driver);
+        EXPECT_TRUE(kept && kept->output == "1\n") << (kept ? kept->output : kept.error().describe());
+        EXPECT_EQ(s.shell_sessions_opened(), 1u);
+
+        FaultRule too_long;
+        too_long.path_contains = "KSB_PATTERN";  // only in a driver's URL that carries the scripts
+        too_long.method = "GET";
+        too_long.count = 1;
+        too_long.status = 414;
+        cluster_->add_fault(too_long);
+        PodExecSandbox refused(client(), s.namespace_name(), s.pod_name(), s.options());
+        co_await check_file_operations(refused, "/tmp/refused");
+        auto plain = co_await refused.execute(scripts_in_driver);
+        EXPECT_TRUE(plain && plain->output == "0\n") << (plain ? plain->output : plain.error().describe());
+        EXPECT_EQ(refused.shell_sessions_opened(), 1u);
+        EXPECT_EQ(refused.shell_sessions_idle(), 1u);
     });
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -25,6 +26,25 @@ TEST(ShellSessionCore, RequestPrefixesEveryLineAndEndsWithItsNumber) {
     EXPECT_EQ(encode_shell_request("", 3), ".3\n");
     // A line that looks like the terminator is still a script line.
     EXPECT_EQ(encode_shell_request(".2\n.2", 2), "+.2\n-.2\n.2\n");
+}
+
+TEST(ShellSessionCore, ACommandEndingWithAStoredScriptNamesItByNumber) {
+    const std::vector<std::string_view> stored{"ls\n", "tail\n", "x\ntail\n", "y"};
+    // The prefix as usual, then the script's number (from 1).
+    EXPECT_EQ(encode_shell_request("set -- 'a b'\nls\n", 4, stored), "+set -- 'a b'\n*1\n.4\n");
+    // A prefix without a newline at its end keeps it so: the script follows it at once.
+    EXPECT_EQ(encode_shell_request("echo ls\n", 2, stored), "-echo \n*1\n.2\n");
+    EXPECT_EQ(encode_shell_request("ls\n", 1, stored), "*1\n.1\n");
+    // The longest script that ends the command.
+    EXPECT_EQ(encode_shell_request("set -- 1\nx\ntail\n", 3, stored), "+set -- 1\n*3\n.3\n");
+    EXPECT_EQ(encode_shell_request("a\ny", 5, stored), "+a\n*4\n.5\n");
+    // No script ends it, or none is kept: the whole command travels.
+    EXPECT_EQ(encode_shell_request("ls -l\n", 6, stored), "+ls -l\n.6\n");
+    EXPECT_EQ(encode_shell_request("s\n", 7, stored), "+s\n.7\n");
+    EXPECT_EQ(encode_shell_request("ls\n", 8), "+ls\n.8\n");
+    // Empty scripts are never named.
+    const std::vector<std::string_view> empty{""};
+    EXPECT_EQ(encode_shell_request("ls", 9, empty), "-ls\n.9\n");
 }
 
 TEST(ShellSessionCore, TrailersAndMarkersCountTheSessionsCommands) {
