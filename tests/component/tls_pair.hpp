@@ -1,11 +1,10 @@
 // The TLS component tests' pair: a handshaken client and server over loopback, and helpers.
 #pragma once
 
-#include "local/tls_certs.hpp"
 #include "net/any_stream.hpp"
-#include "net/tls_context.hpp"
 
 #include "../support/run_test.hpp"
+#include "../support/tls_contexts.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -53,44 +52,20 @@ inline std::string pattern(std::size_t n, unsigned seed) {
 
 class TlsStreamTest : public ::testing::Test {
 protected:
-    void SetUp() override {
-        auto certs = ks::local::generate_serving_certs();
-        ASSERT_TRUE(certs.has_value());
-        server_ctx.use_certificate_chain(asio::buffer(certs->cert_pem));
-        server_ctx.use_private_key(asio::buffer(certs->key_pem), asio::ssl::context::pem);
-        ks::net::TlsClientSettings settings;
-        settings.ca_pem = certs->ca_pem;
-        auto ctx = ks::net::make_tls_client_context(settings);
-        ASSERT_TRUE(ctx.has_value());
-        client_ctx = *ctx;
-    }
+    void SetUp() override { ASSERT_NO_FATAL_FAILURE(ks::test::make_tls_contexts(server_ctx, client_ctx)); }
 
     // A handshaken client/server pair over loopback; the client verifies `verify_host`.
     asio::awaitable<std::pair<AnyStream, AnyStream>> pair(std::string verify_host = "127.0.0.1") {
-        tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
-        tcp::socket client_socket(io);
-        co_await client_socket.async_connect(acceptor.local_endpoint(), asio::use_awaitable);
-        tcp::socket server_socket = co_await acceptor.async_accept(asio::use_awaitable);
-        AnyStream client = AnyStream::tls_client(std::move(client_socket), *client_ctx, "", verify_host);
-        AnyStream server = AnyStream::tls_server(std::move(server_socket), server_ctx);
-        auto handshakes = co_await (client.async_handshake(use_tuple) && server.async_handshake(use_tuple));
-        const error_code client_ec = std::get<0>(handshakes), server_ec = std::get<0>(std::get<1>(handshakes));
-        EXPECT_FALSE(client_ec) << client_ec.message();
-        EXPECT_FALSE(server_ec) << server_ec.message();
-        co_return std::pair<AnyStream, AnyStream>{std::move(client), std::move(server)};
+        auto connected = co_await connect(std::move(verify_host));
+        EXPECT_FALSE(connected.client_ec) << connected.client_ec.message();
+        EXPECT_FALSE(connected.server_ec) << connected.server_ec.message();
+        co_return std::pair<AnyStream, AnyStream>{std::move(connected.client), std::move(connected.server)};
     }
 
     // The client's handshake result against a server whose certificate names 127.0.0.1, ::1
     // and localhost, verifying `verify_host`.
     asio::awaitable<error_code> handshake_verifying(std::string verify_host) {
-        tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
-        tcp::socket client_socket(io);
-        co_await client_socket.async_connect(acceptor.local_endpoint(), asio::use_awaitable);
-        tcp::socket server_socket = co_await acceptor.async_accept(asio::use_awaitable);
-        AnyStream client = AnyStream::tls_client(std::move(client_socket), *client_ctx, "", verify_host);
-        AnyStream server = AnyStream::tls_server(std::move(server_socket), server_ctx);
-        auto handshakes = co_await (client.async_handshake(use_tuple) && server.async_handshake(use_tuple));
-        co_return std::get<0>(handshakes);
+        co_return (co_await connect(std::move(verify_host))).client_ec;
     }
 
     void run(std::function<asio::awaitable<void>()> body) { ks::test::run_coroutine_test(io, body, 30s); }
@@ -98,6 +73,27 @@ protected:
     asio::io_context io;
     asio::ssl::context server_ctx{asio::ssl::context::tls_server};
     std::shared_ptr<asio::ssl::context> client_ctx;
+
+private:
+    struct Connected {
+        AnyStream client, server;
+        error_code client_ec, server_ec;
+    };
+    // Both ends of a loopback connection after both handshakes, whatever their results.
+    asio::awaitable<Connected> connect(std::string verify_host) {
+        tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+        tcp::socket client_socket(io);
+        co_await client_socket.async_connect(acceptor.local_endpoint(), asio::use_awaitable);
+        tcp::socket server_socket = co_await acceptor.async_accept(asio::use_awaitable);
+        Connected c{AnyStream::tls_client(std::move(client_socket), *client_ctx, "", verify_host),
+                    AnyStream::tls_server(std::move(server_socket), server_ctx),
+                    {},
+                    {}};
+        auto handshakes = co_await (c.client.async_handshake(use_tuple) && c.server.async_handshake(use_tuple));
+        c.client_ec = std::get<0>(handshakes);
+        c.server_ec = std::get<0>(std::get<1>(handshakes));
+        co_return c;
+    }
 };
 
 inline asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {

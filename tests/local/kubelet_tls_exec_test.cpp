@@ -2,9 +2,9 @@
 // records for the other's write (net::AnyStream::hold_writes), and what is held must still
 // leave while the command runs on. Plain TCP holds nothing, so these tests need TLS.
 #include "local/kubelet_fixture.hpp"
-#include "local/tls_certs.hpp"
 #include "net/any_stream.hpp"
-#include "net/tls_context.hpp"
+
+#include "../support/tls_contexts.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -26,15 +26,7 @@ class KubeletTlsExecTest : public KubeletTest {
 protected:
     void SetUp() override {
         KubeletTest::SetUp();
-        auto certs = kubesandbox::local::generate_serving_certs();
-        ASSERT_TRUE(certs.has_value());
-        server_ctx_.use_certificate_chain(asio::buffer(certs->cert_pem));
-        server_ctx_.use_private_key(asio::buffer(certs->key_pem), asio::ssl::context::pem);
-        kubesandbox::net::TlsClientSettings settings;
-        settings.ca_pem = certs->ca_pem;
-        auto ctx = kubesandbox::net::make_tls_client_context(settings);
-        ASSERT_TRUE(ctx.has_value());
-        client_ctx_ = *ctx;
+        ASSERT_NO_FATAL_FAILURE(kubesandbox::test::make_tls_contexts(server_ctx_, client_ctx_));
     }
 
     asio::ssl::context server_ctx_{asio::ssl::context::tls_server};
