@@ -17,6 +17,8 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <exception>
 
@@ -80,6 +82,22 @@ std::optional<std::string> transfer_error(const kube::ExecOutcome& outcome) {
 }
 
 constexpr std::size_t max_session_command = 64 * 1024;
+// A download through a shell session reads at most this much; a larger file takes an exec of its
+// own, whose output path is made for size.
+constexpr std::size_t max_session_download = 1024 * 1024;
+// An upload's content goes through a shell session as an argument (no NUL) when quoted it is at
+// most this long: the driver reads a request a byte per system call (~1 us a byte under busybox),
+// and an exec of its own costs ~2.5 ms more than a command in a session.
+constexpr std::size_t max_session_upload = 1024;
+
+// The scripts each shell session's driver keeps: the file operations' and the transfers'.
+constexpr auto session_scripts = [] {
+    std::array<std::string_view, files::command_scripts.size() + 2> all{};
+    std::copy(files::command_scripts.begin(), files::command_scripts.end(), all.begin());
+    all[files::command_scripts.size()] = sandbox::upload_script;
+    all[files::command_scripts.size() + 1] = sandbox::download_script;
+    return all;
+}();
 
 bool is_absolute_clean_path(std::string_view p) {
     return !p.empty() && p.front() == '/' && p.find('\0') == std::string_view::npos;
@@ -121,7 +139,7 @@ PodExecSandbox::PodExecSandbox(KubeClient client, std::string namespace_name, st
                                         launch_tail(options_)};
         sessions_.reset(new Sessions{std::make_shared<sandbox::ShellSessionPool>(
             KubeClientAccess::impl(client_), make_target(*this, std::move(driver), true), options_.idle_shell_sessions,
-            options_.shell_session_idle_limit, files::command_scripts)});
+            options_.shell_session_idle_limit, session_scripts)});
     }
 }
 
@@ -268,7 +286,8 @@ struct PodExecSandbox::Internals {
     // session's driver).
     static asio::awaitable<std::optional<Result<kube::ExecOutcome>>> run_in_session(PodExecSandbox& self,
                                                                                     const std::string& command,
-                                                                                    std::chrono::seconds limit) {
+                                                                                    std::chrono::seconds limit,
+                                                                                    std::size_t cap) {
         auto& pool = *self.sessions_->pool;
         std::optional<std::chrono::steady_clock::duration> timeout;
         if (limit.count() > 0) timeout = limit;
@@ -302,7 +321,7 @@ struct PodExecSandbox::Internals {
             const sandbox::DriverHello driver = session.driver();
             const std::string token = session.token();
             const std::string marker = session.next_exec_marker();
-            auto ran = co_await session.run(command, self.options_.max_output_bytes, timeout);
+            auto ran = co_await session.run(command, cap, timeout);
             // The session ended between its check and the command (its idle timer): nothing ran.
             if (ran && ran->not_sent && attempt == 0) continue;
             if (ran && ran->not_sent)
@@ -341,6 +360,18 @@ struct PodExecSandbox::Internals {
         }
     }
 
+    // A transfer's shell command (a script after `set -- ARGS`) through a shell session, output
+    // capped at `cap`. nullopt: it takes an exec of its own (no session free, or the session
+    // broke: a transfer is idempotent, and the exec is its retry).
+    static asio::awaitable<std::optional<Result<kube::ExecOutcome>>> transfer_in_session(PodExecSandbox& self,
+                                                                                         const std::string& command,
+                                                                                         std::size_t cap) {
+        if (!self.sessions_ || self.sessions_->unusable) co_return std::nullopt;
+        auto ran = co_await run_in_session(self, command, self.options_.default_timeout, cap);
+        if (ran && !*ran && ran->error().is(errc::connection_closed)) co_return std::nullopt;
+        co_return ran;
+    }
+
     static asio::awaitable<Result<kube::ExecOutcome>> transfer(PodExecSandbox& self, std::vector<std::string> argv,
                                                                std::string stdin_data, bool with_stdin,
                                                                std::size_t max_stdout) {
@@ -372,7 +403,7 @@ asio::awaitable<Result<ExecuteResponse>> PodExecSandbox::execute(std::string com
     // A long command goes in an exec of its own: the driver reads its input a byte at a time.
     bool ran_in_session = true;
     if (sessions_ && !sessions_->unusable && command.size() <= max_session_command) {
-        auto in_session = co_await Internals::run_in_session(*this, command, limit);
+        auto in_session = co_await Internals::run_in_session(*this, command, limit, options_.max_output_bytes);
         if (in_session) outcome = std::move(*in_session);
         else ran_in_session = false;
     } else {
@@ -475,9 +506,24 @@ asio::awaitable<Result<std::vector<FileUploadResponse>>> PodExecSandbox::upload_
             out[i].error = "not attempted: " + fatal->message;
             co_return;
         }
-        std::vector<std::string> argv{options_.shell, "-c", sandbox::upload_script,
-                                      "sh",           path, std::to_string(content.size())};
-        auto outcome = co_await Internals::transfer(*this, std::move(argv), std::move(content), true, 64 * 1024);
+        std::optional<Result<kube::ExecOutcome>> in_session;
+        if (content.find('\0') == std::string::npos) {
+            std::string quoted = files::shell_quote(content);
+            if (quoted.size() <= max_session_upload) {
+                const std::string command = "set -- " + files::shell_quote(path) + " " +
+                                            std::to_string(content.size()) + " " + quoted + "\n" +
+                                            sandbox::upload_script;
+                in_session = co_await Internals::transfer_in_session(*this, command, 64 * 1024);
+            }
+        }
+        Result<kube::ExecOutcome> outcome;
+        if (in_session) {
+            outcome = std::move(*in_session);
+        } else {
+            std::vector<std::string> argv{options_.shell, "-c", sandbox::upload_script,
+                                          "sh",           path, std::to_string(content.size())};
+            outcome = co_await Internals::transfer(*this, std::move(argv), std::move(content), true, 64 * 1024);
+        }
         if (!outcome) {
             if (outcome.error().is(errc::not_found)) fatal = outcome.error();
             out[i].error = "transfer failed: " + outcome.error().message;
@@ -508,9 +554,21 @@ asio::awaitable<Result<std::vector<FileDownloadResponse>>> PodExecSandbox::downl
             out[i].error = "not attempted: " + fatal->message;
             co_return;
         }
-        std::vector<std::string> argv{options_.shell, "-c", sandbox::download_script, "sh", path};
-        auto outcome =
-            co_await Internals::transfer(*this, std::move(argv), std::string(), false, options_.max_file_bytes);
+        // Through a session first, up to max_session_download bytes; a larger file again, in an
+        // exec of its own.
+        const std::size_t session_limit = std::min(max_session_download, options_.max_file_bytes);
+        const std::string command = "set -- " + files::shell_quote(path) + " " + std::to_string(session_limit + 1) +
+                                    "\n" + sandbox::download_script;
+        auto in_session = co_await Internals::transfer_in_session(*this, command, session_limit + 1);
+        Result<kube::ExecOutcome> outcome;
+        if (in_session &&
+            (!*in_session || (*in_session)->stdout_data.size() <= session_limit || transfer_error(**in_session))) {
+            outcome = std::move(*in_session);
+        } else {
+            std::vector<std::string> argv{options_.shell, "-c", sandbox::download_script, "sh", path};
+            outcome =
+                co_await Internals::transfer(*this, std::move(argv), std::string(), false, options_.max_file_bytes);
+        }
         if (!outcome) {
             if (outcome.error().is(errc::not_found)) fatal = outcome.error();
             out[i].error = "transfer failed: " + outcome.error().message;

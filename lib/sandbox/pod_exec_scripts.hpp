@@ -7,6 +7,8 @@ namespace kubesandbox::sandbox {
 // Scripts run as `sh -c SCRIPT sh ARGS...`: paths travel as argv elements, never through shell
 // parsing, so quotes, $, backticks, newlines and leading dashes are inert.
 // Exit codes: 20 permission denied, 21 is a directory, 22 not found.
+// Through a shell session (after `set -- ARGS`), a small upload's content is a third argument
+// instead of stdin, and a download reads at most its second argument's count of bytes.
 inline constexpr const char* upload_script = R"SH(p=$1; n=$2
 case $p in */*) d=${p%/*}; [ -n "$d" ] || d=/ ;; *) d=. ;; esac
 if [ ! -d "$d" ]; then
@@ -15,6 +17,7 @@ fi
 [ -d "$p" ] && exit 21
 # `true`, not `:`: a failed redirection on a special built-in would end the shell.
 { true > "$p"; } 2>/dev/null || exit 20
+if [ $# -gt 2 ]; then printf %s "$3" > "$p"; exit; fi
 exec head -c "$n" > "$p"
 )SH";
 
@@ -22,6 +25,7 @@ inline constexpr const char* download_script = R"SH(p=$1
 [ -d "$p" ] && exit 21
 [ -e "$p" ] || exit 22
 [ -r "$p" ] || exit 20
+[ $# -gt 1 ] && exec head -c "$2" < "$p"
 exec cat -- "$p"
 )SH";
 
