@@ -123,6 +123,13 @@ asio::awaitable<Result<ReadResult>> FileOps::read(std::string path, long long of
     auto response = co_await sandbox_.execute(files::read_command(t.real, kind, offset, limit), std::nullopt);
     if (!response) co_return tl::unexpected(response.error());
     auto parsed = files::parse_read_output(response->output, response->truncated);
+    if (parsed.large) {
+        // Larger than a whole read: its size, its first bytes and the page, in a second call.
+        response = co_await sandbox_.execute(files::read_command(t.real, kind, offset, limit, true), std::nullopt);
+        if (!response) co_return tl::unexpected(response.error());
+        parsed = files::parse_read_output(response->output, response->truncated);
+        if (parsed.large) parsed.error = "unexpected server response: the file's size is missing";
+    }
     if (parsed.error) {
         result.error = "File '" + path + "': " + *parsed.error;
     } else if (parsed.too_large_binary) {

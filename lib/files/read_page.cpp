@@ -62,11 +62,11 @@ FileKind file_kind(std::string_view path) {
     return FileKind::text;
 }
 
-std::string read_command(std::string_view path, FileKind kind, long long offset, long long limit) {
+std::string read_command(std::string_view path, FileKind kind, long long offset, long long limit, bool large) {
     // One line past the page tells "more lines follow" from "the page ends at the end of file".
     return "set -- " + shell_quote(path) + (kind == FileKind::text ? " text " : " binary ") +
-           std::to_string(offset + 1) + " " + std::to_string(std::min(limit, 1000000000LL) + 1) + "\n" +
-           std::string(read_script);
+           std::to_string(offset + 1) + " " + std::to_string(std::min(limit, 1000000000LL) + 1) +
+           (large ? " large\n" : "\n") + std::string(read_script);
 }
 
 ParsedRead parse_read_output(std::string_view out, bool output_truncated) {
@@ -75,6 +75,19 @@ ParsedRead parse_read_output(std::string_view out, bool output_truncated) {
         parsed.error = unexpected(out);
         return parsed;
     };
+    if (out.substr(0, 2) == "W\n") {
+        // The first bytes of the file, one more than a whole read: no more means the whole file.
+        std::string_view rest = out.substr(2);
+        if (output_truncated) return fail();
+        if (rest.size() > file_limits::max_output_bytes) {
+            parsed.large = true;
+            return parsed;
+        }
+        parsed.source.size = rest.size();
+        parsed.source.whole = true;
+        parsed.source.body = std::string(rest);
+        return parsed;
+    }
     std::size_t nl = out.find('\n');
     if (nl == std::string_view::npos || nl < 2 || out[1] != ' ') return fail();
     std::string_view first = out.substr(2, nl - 2);

@@ -38,12 +38,14 @@ struct ParsedRead {
     std::optional<std::string> error{};
     ReadSource source{};
     bool too_large_binary{};
+    bool large{};  // the file is larger than a whole read: read it again with read_command(..., true)
 };
 ParsedRead parse_read_output(std::string_view output, bool output_truncated);
 
 ReadResult read_page(const ReadSource& source, FileKind kind, long long offset, long long limit);
 
-// The sh script and its arguments for a read of lines [offset, offset + limit) of `path`.
-std::string read_command(std::string_view path, FileKind kind, long long offset, long long limit);
+// The sh script and its arguments for a read of lines [offset, offset + limit) of `path`; `large`
+// once a first read said the file is larger than a whole read.
+std::string read_command(std::string_view path, FileKind kind, long long offset, long long limit, bool large = false);
 
 }  // namespace kubesandbox::files

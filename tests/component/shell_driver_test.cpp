@@ -253,6 +253,7 @@ void run_stored_scripts(const char* shell) {
         files::glob_command(root, {"*.txt"}),
         files::grep_command(root, "needle", std::nullopt, {}),
         files::read_command(odd, files::FileKind::text, 1, 10),
+        files::read_command(odd, files::FileKind::text, 1, 10, true),
         files::canonical_paths_command(true, {odd, root + "/missing/x"}),
         "echo before; " + every_byte,
         every_byte,

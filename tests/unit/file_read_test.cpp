@@ -125,6 +125,21 @@ TEST(ReadOutput, ParsesEveryShapeAndRejectsGarbage) {
     p = parse_read_output("W 9\nab\n", false);  // size and body disagree
     ASSERT_TRUE(p.error);
     EXPECT_EQ(p.error->rfind("unexpected server response: W 9", 0), 0u);
+    // The first read: W alone, then up to 512,001 bytes; one more than a whole read says "large".
+    p = parse_read_output("W\nab\n", false);
+    ASSERT_FALSE(p.error);
+    EXPECT_TRUE(p.source.whole);
+    EXPECT_FALSE(p.large);
+    EXPECT_EQ(p.source.body, "ab\n");
+    EXPECT_EQ(p.source.size, 3u);
+    p = parse_read_output("W\n", false);
+    EXPECT_TRUE(!p.error && p.source.whole && p.source.size == 0);
+    p = parse_read_output("W\n" + std::string(512000, 'x'), false);
+    EXPECT_TRUE(!p.error && p.source.whole && !p.large && p.source.size == 512000);
+    p = parse_read_output("W\n" + std::string(512001, 'x'), false);
+    EXPECT_TRUE(!p.error && p.large && !p.source.whole);
+    p = parse_read_output("W\nab", true);  // cut by the output limit
+    EXPECT_TRUE(p.error);
     p = parse_read_output("B 600000\n", false);
     EXPECT_TRUE(p.too_large_binary);
     std::string head(8192, 'h');
@@ -145,6 +160,8 @@ TEST(ReadOutput, ParsesEveryShapeAndRejectsGarbage) {
 TEST(ReadCommand, QuotesThePathAsOneArgument) {
     auto cmd = read_command("/w/it's $HOME\n`x`", FileKind::text, 4, 10);
     EXPECT_EQ(cmd.rfind("set -- '/w/it'\\''s $HOME\n`x`' text 5 11\n", 0), 0u);
+    cmd = read_command("/w/a", FileKind::image, 0, 3, true);
+    EXPECT_EQ(cmd.rfind("set -- '/w/a' binary 1 4 large\n", 0), 0u);
 }
 
 }  // namespace
