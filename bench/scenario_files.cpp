@@ -1,6 +1,7 @@
 // Scenario 7: the file operations on a busybox and a debian image, each as a multiple of one
 // execute("true") round trip measured on the same pod in the same run, and the payload bytes
-// moved per operation (command text, output, uploads and downloads, counted by a wrapper).
+// moved per operation (command text, output, uploads and downloads, counted by a wrapper). Writes
+// also through a sandbox without shell sessions, where every file takes an exec of its own.
 #include "support.hpp"
 
 #include <kubesandbox/file_ops.hpp>
@@ -105,6 +106,14 @@ void scenario_files(asio::io_context& io, LocalCluster& cluster, const Sizes& sz
         if (!sb) continue;
         CountingSandbox counted(*sb);
         FileOps ops(counted);
+        // Writes also through execs of their own, as every transfer went before shell sessions took
+        // files up to 1 MiB: the same pod, sessions off.
+        PodExecSandboxOptions no_sessions = sb->options();
+        no_sessions.idle_shell_sessions = 0;
+        PodExecSandbox unpooled(KubeClient(io.get_executor(), cluster.kube_config()), sb->namespace_name(),
+                                sb->pod_name(), no_sessions);
+        CountingSandbox counted_unpooled(unpooled);
+        FileOps ops_unpooled(counted_unpooled);
 
         std::vector<double> exec_secs;
         std::vector<std::pair<std::string, Measured>> results;
@@ -114,7 +123,7 @@ void scenario_files(asio::io_context& io, LocalCluster& cluster, const Sizes& sz
                 io,
                 [&]() -> asio::awaitable<void> {
                     for (int i = 0; i <= n; ++i) {
-                        counted.bytes = 0;
+                        counted.bytes = counted_unpooled.bytes = 0;
                         auto t0 = Clock::now();
                         bool ok = co_await op(i);
                         double d = seconds_since(t0);
@@ -123,7 +132,7 @@ void scenario_files(asio::io_context& io, LocalCluster& cluster, const Sizes& sz
                             co_return;
                         }
                         if (i > 0) m.secs.push_back(d);  // the first run is a warm-up
-                        m.bytes_per_op = counted.bytes;
+                        m.bytes_per_op = counted.bytes + counted_unpooled.bytes;
                     }
                 },
                 900s, tag + " " + name);
@@ -143,6 +152,20 @@ void scenario_files(asio::io_context& io, LocalCluster& cluster, const Sizes& sz
         });
         measure("write small file", writes, [&](int i) -> asio::awaitable<bool> {
             auto r = co_await ops.write("/workspace/w/f" + std::to_string(i) + ".txt", "hello\n");
+            co_return r && !r->error;
+        });
+        measure("write small file, sessions off", writes, [&](int i) -> asio::awaitable<bool> {
+            auto r = co_await ops_unpooled.write("/workspace/w/g" + std::to_string(i) + ".txt", "hello\n");
+            co_return r && !r->error;
+        });
+        std::string medium;
+        for (int i = 0; i < 1024; ++i) medium.append(63, static_cast<char>('a' + i % 26)).push_back('\n');
+        measure("write 64 KiB file", sz.exec_n, [&](int i) -> asio::awaitable<bool> {
+            auto r = co_await ops.write("/workspace/w/m" + std::to_string(i) + ".txt", medium);
+            co_return r && !r->error;
+        });
+        measure("write 64 KiB file, sessions off", sz.exec_n, [&](int i) -> asio::awaitable<bool> {
+            auto r = co_await ops_unpooled.write("/workspace/w/n" + std::to_string(i) + ".txt", medium);
             co_return r && !r->error;
         });
         measure("edit small file", sz.exec_n, [&](int i) -> asio::awaitable<bool> {

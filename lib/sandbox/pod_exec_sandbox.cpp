@@ -82,13 +82,13 @@ std::optional<std::string> transfer_error(const kube::ExecOutcome& outcome) {
 }
 
 constexpr std::size_t max_session_command = 64 * 1024;
-// A download through a shell session reads at most this much; a larger file takes an exec of its
-// own, whose output path is made for size.
-constexpr std::size_t max_session_download = 1024 * 1024;
-// An upload's content goes through a shell session as an argument (no NUL) when quoted it is at
-// most this long: the driver reads a request a byte per system call (~1 us a byte under busybox),
-// and an exec of its own costs ~2.5 ms more than a command in a session.
-constexpr std::size_t max_session_upload = 1024;
+// Files up to this size go through a shell session; a larger one takes an exec of its own, whose
+// input and output paths are made for size (a download finds out by reading one byte more).
+constexpr std::size_t max_session_transfer = 1024 * 1024;
+// Content up to this size quoted (and without NUL) goes as an argument: the shell's printf writes
+// it, where input needs `head`, a program (~0.5 ms under dash). The driver reads a request a byte
+// per system call (~1 us a byte under busybox), so larger content goes as input.
+constexpr std::size_t max_argument_upload = 1024;
 
 // The scripts each shell session's driver keeps: the file operations' and the transfers'.
 constexpr auto session_scripts = [] {
@@ -284,10 +284,9 @@ struct PodExecSandbox::Internals {
     // execute() through a shell session; the same outcomes and clean-up as run_marked. nullopt:
     // run the command in an exec of its own (the sessions are busy, or this image cannot run the
     // session's driver).
-    static asio::awaitable<std::optional<Result<kube::ExecOutcome>>> run_in_session(PodExecSandbox& self,
-                                                                                    const std::string& command,
-                                                                                    std::chrono::seconds limit,
-                                                                                    std::size_t cap) {
+    static asio::awaitable<std::optional<Result<kube::ExecOutcome>>> run_in_session(
+        PodExecSandbox& self, const std::string& command, std::chrono::seconds limit, std::size_t cap,
+        std::optional<std::string_view> input = std::nullopt) {
         auto& pool = *self.sessions_->pool;
         std::optional<std::chrono::steady_clock::duration> timeout;
         if (limit.count() > 0) timeout = limit;
@@ -321,7 +320,7 @@ struct PodExecSandbox::Internals {
             const sandbox::DriverHello driver = session.driver();
             const std::string token = session.token();
             const std::string marker = session.next_exec_marker();
-            auto ran = co_await session.run(command, cap, timeout);
+            auto ran = co_await session.run(command, cap, timeout, input);
             // The session ended between its check and the command (its idle timer): nothing ran.
             if (ran && ran->not_sent && attempt == 0) continue;
             if (ran && ran->not_sent)
@@ -361,13 +360,13 @@ struct PodExecSandbox::Internals {
     }
 
     // A transfer's shell command (a script after `set -- ARGS`) through a shell session, output
-    // capped at `cap`. nullopt: it takes an exec of its own (no session free, or the session
-    // broke: a transfer is idempotent, and the exec is its retry).
-    static asio::awaitable<std::optional<Result<kube::ExecOutcome>>> transfer_in_session(PodExecSandbox& self,
-                                                                                         const std::string& command,
-                                                                                         std::size_t cap) {
+    // capped at `cap`, reading `input` when there is one. nullopt: it takes an exec of its own (no
+    // session free, or the session broke: a transfer is idempotent, and the exec is its retry).
+    static asio::awaitable<std::optional<Result<kube::ExecOutcome>>> transfer_in_session(
+        PodExecSandbox& self, const std::string& command, std::size_t cap,
+        std::optional<std::string_view> input = std::nullopt) {
         if (!self.sessions_ || self.sessions_->unusable) co_return std::nullopt;
-        auto ran = co_await run_in_session(self, command, self.options_.default_timeout, cap);
+        auto ran = co_await run_in_session(self, command, self.options_.default_timeout, cap, input);
         if (ran && !*ran && ran->error().is(errc::connection_closed)) co_return std::nullopt;
         co_return ran;
     }
@@ -507,14 +506,18 @@ asio::awaitable<Result<std::vector<FileUploadResponse>>> PodExecSandbox::upload_
             co_return;
         }
         std::optional<Result<kube::ExecOutcome>> in_session;
-        if (content.find('\0') == std::string::npos) {
-            std::string quoted = files::shell_quote(content);
-            if (quoted.size() <= max_session_upload) {
-                const std::string command = "set -- " + files::shell_quote(path) + " " +
-                                            std::to_string(content.size()) + " " + quoted + "\n" +
-                                            sandbox::upload_script;
-                in_session = co_await Internals::transfer_in_session(*this, command, 64 * 1024);
+        if (content.size() <= max_session_transfer) {
+            std::string command = "set -- " + files::shell_quote(path) + " " + std::to_string(content.size());
+            std::optional<std::string_view> input;
+            std::string quoted;
+            if (content.size() < max_argument_upload && content.find('\0') == std::string::npos &&
+                (quoted = files::shell_quote(content)).size() <= max_argument_upload) {
+                command.append(" ").append(quoted);
+            } else {
+                input = content;
             }
+            command.append("\n").append(sandbox::upload_script);
+            in_session = co_await Internals::transfer_in_session(*this, command, 64 * 1024, input);
         }
         Result<kube::ExecOutcome> outcome;
         if (in_session) {
@@ -556,7 +559,7 @@ asio::awaitable<Result<std::vector<FileDownloadResponse>>> PodExecSandbox::downl
         }
         // Through a session first, up to max_session_download bytes; a larger file again, in an
         // exec of its own.
-        const std::size_t session_limit = std::min(max_session_download, options_.max_file_bytes);
+        const std::size_t session_limit = std::min(max_session_transfer, options_.max_file_bytes);
         const std::string command = "set -- " + files::shell_quote(path) + " " + std::to_string(session_limit + 1) +
                                     "\n" + sandbox::download_script;
         auto in_session = co_await Internals::transfer_in_session(*this, command, session_limit + 1);

@@ -7,8 +7,8 @@ namespace kubesandbox::sandbox {
 // Scripts run as `sh -c SCRIPT sh ARGS...`: paths travel as argv elements, never through shell
 // parsing, so quotes, $, backticks, newlines and leading dashes are inert.
 // Exit codes: 20 permission denied, 21 is a directory, 22 not found.
-// Through a shell session (after `set -- ARGS`), a small upload's content is a third argument
-// instead of stdin, and a download reads at most its second argument's count of bytes.
+// Through a shell session (after `set -- ARGS`) the upload reads the session's input, or for
+// small content a third argument; a download reads at most its second argument's count of bytes.
 inline constexpr const char* upload_script = R"SH(p=$1; n=$2
 case $p in */*) d=${p%/*}; [ -n "$d" ] || d=/ ;; *) d=. ;; esac
 if [ ! -d "$d" ]; then

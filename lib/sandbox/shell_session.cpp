@@ -311,9 +311,14 @@ asio::awaitable<Result<std::shared_ptr<ShellSession>>> ShellSession::open(std::s
 }
 
 asio::awaitable<Result<ShellRun>> ShellSession::run(std::string_view command, std::size_t cap,
-                                                    std::optional<Clock::duration> timeout) {
+                                                    std::optional<Clock::duration> timeout,
+                                                    std::optional<std::string_view> input) {
     auto state = state_;
-    auto op = [state, command = std::string(command), cap, timeout]() mutable -> asio::awaitable<Result<ShellRun>> {
+    const bool with_input = input.has_value();
+    // Copied with the request: the caller's frame may be gone when the coroutine below runs.
+    std::string input_bytes(input.value_or(std::string_view()));
+    auto op = [state, command = std::string(command), cap, timeout, with_input,
+               input_bytes = std::move(input_bytes)]() mutable -> asio::awaitable<Result<ShellRun>> {
         co_await asio::this_coro::throw_if_cancelled(false);
         if (!state->open || state->current || state->ending) {
             ShellRun unsent;
@@ -323,7 +328,9 @@ asio::awaitable<Result<ShellRun>> ShellSession::run(std::string_view command, st
         state->busy = true;
         state->disarm_idle_timer();
         const std::uint64_t number = ++state->commands;
-        const std::string request = encode_shell_request(command, number, state->scripts);
+        std::string request = encode_shell_request(command, number, state->scripts, with_input);
+        request.append(input_bytes);
+        input_bytes = std::string();
         Command cmd(command_trailer(state->marker, number), cap, state->strand);
         state->current = &cmd;
         cmd.wake.expires_after(timeout ? *timeout : Clock::duration::max());
@@ -353,6 +360,7 @@ asio::awaitable<Result<ShellRun>> ShellSession::run(std::string_view command, st
             co_return result;
         }
         if (cmd.error) co_return fail(std::move(*cmd.error));
+        if (with_input && cmd.outcome.exit_code != 0) state->dirty = true;
         state->busy = false;
         state->arm_idle_timer();
         result.outcome = std::move(cmd.outcome);

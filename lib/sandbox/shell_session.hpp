@@ -90,8 +90,12 @@ public:
     // and collects the output up to `cap` per stream until both trailers. On a timeout or a cancelled caller the
     // session is ended and the command keeps running: the caller kills it. Errors: the connection broke or the driver
     // ended before the trailers (errc::connection_closed), or a malformed trailer.
+    // With `input`, the command's stdin is those bytes (else empty), and it must read exactly them
+    // (`head -c N`): nothing more comes before its end. A command given input that fails may
+    // have left some unread: the session is not used again.
     boost::asio::awaitable<Result<ShellRun>> run(std::string_view command, std::size_t cap,
-                                                 std::optional<std::chrono::steady_clock::duration> timeout);
+                                                 std::optional<std::chrono::steady_clock::duration> timeout,
+                                                 std::optional<std::string_view> input = std::nullopt);
 
     const DriverHello& driver() const;
     const std::string& token() const;  // the last argument of the driver's command line

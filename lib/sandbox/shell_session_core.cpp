@@ -20,10 +20,12 @@ namespace {
 // is consumed, and a request costs a system call per byte. Hence a line "*K": it appends the K-th
 // script kept in the driver's arguments after the token (as it is: an assignment neither splits
 // nor expands), so that the file operations' fixed scripts cross once per session, in the exec's
-// argv. End of input or a malformed request ends the driver (SIGKILL: the subshell cannot make the
-// driver exit otherwise); so does a request numbered for another subshell: one that was killed
-// before it read its request leaves that request to the next, which must not run it unwatched.
-// Then the trailers, "MARKER.N STATUS" for the N-th command (137 for one whose subshell was
+// argv. A line "<" gives the command the session's input instead of none: the client sends the
+// bytes it is to read right after the request, and nothing more until its trailers (a command
+// that fails may leave some unread: the client then ends the session). End of input or a
+// malformed request ends the driver (SIGKILL: the subshell cannot make the driver exit otherwise); so does a request
+// numbered for another subshell: one that was killed before it read its request leaves that request to the next, which
+// must not run it unwatched. Then the trailers, "MARKER.N STATUS" for the N-th command (137 for one whose subshell was
 // killed). $1 is the shell, $2 is 1 to start each command in a process group of its own
 // (`setsid`, when there is one: a program image more per command), $5 the session's token, which
 // the kill script looks for. Otherwise commands share the driver's group and the driver ignores
@@ -45,7 +47,7 @@ _ksb_nl='
 '
 while :; do
   (
-    _ksb_c="$3$_ksb_k$((_ksb_n + 1))$4"
+    _ksb_c="$3$_ksb_k$((_ksb_n + 1))$4" _ksb_i=
     while IFS= read -r _ksb_l || { kill -9 $$; exit 0; }; do
       case $_ksb_l in
         +*) _ksb_c="$_ksb_c${_ksb_l#+}$_ksb_nl" ;;
@@ -54,11 +56,13 @@ while :; do
           _ksb_j=${_ksb_l#?}
           [ "$_ksb_j" -le $(($# - 5)) ] || { kill -9 $$; exit 0; }
           eval "_ksb_c=\$_ksb_c\${$((_ksb_j + 5))}" ;;
+        "<") _ksb_i=1 ;;
         ".$((_ksb_n + 1))") break ;;
         *) kill -9 $$; exit 0 ;;
       esac
     done
     [ -z "$_ksb_t" ] || trap - $_ksb_t
+    [ -n "$_ksb_i" ] && exec $_ksb_own "$1" -c "$_ksb_c" 2>&3 3>&-
     exec $_ksb_own "$1" -c "$_ksb_c" </dev/null 2>&3 3>&-
   )
   _ksb_r=$?
@@ -79,7 +83,7 @@ bool parse_long(std::string_view s, long& out) {
 std::string_view shell_session_driver() { return driver_script; }
 
 std::string encode_shell_request(std::string_view script, std::uint64_t command,
-                                 std::span<const std::string_view> stored) {
+                                 std::span<const std::string_view> stored, bool with_input) {
     // The longest stored script the command ends with goes by its number.
     std::size_t stored_number = 0, stored_size = 0;
     for (std::size_t i = 0; i < stored.size() && i < max_stored_scripts; ++i) {
@@ -105,6 +109,7 @@ std::string encode_shell_request(std::string_view script, std::uint64_t command,
         out.push_back('*');
         out.append(std::to_string(stored_number)).push_back('\n');
     }
+    if (with_input) out.append("<\n");
     out.push_back('.');
     out.append(std::to_string(command)).push_back('\n');
     return out;

@@ -17,6 +17,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -108,9 +110,9 @@ struct Ran {
 // Runs the `n`-th command of the session whose marker is `session`.
 // `stored`: the scripts the driver keeps.
 Ran run_in(Driver& d, const std::string& session, std::uint64_t n, const std::string& script,
-           std::span<const std::string_view> stored = {}) {
+           std::span<const std::string_view> stored = {}, const std::optional<std::string>& input = std::nullopt) {
     Ran r;
-    EXPECT_TRUE(d.send(encode_shell_request(script, n, stored)));
+    EXPECT_TRUE(d.send(encode_shell_request(script, n, stored, input.has_value()) + input.value_or("")));
     const std::string m = command_trailer(session, n);
     TrailerScanner out(m, TrailerScanner::Kind::stdout_with_status), err(m, TrailerScanner::Kind::stderr_bare);
     bool truncated = false;
@@ -155,7 +157,7 @@ void exercise_driver(const char* shell, const char* own_groups) {
     auto second =
         run_in(d, session, ++n,
                "pwd\necho \"${X-unset}${_ksb_m-}${_ksb_c-}${_ksb_l-}${_ksb_r-}${_ksb_g-}${_ksb_nl-}${_ksb_own-}"
-               "${_ksb_t-}${_ksb_n-}${_ksb_k-}\"\n\n"
+               "${_ksb_t-}${_ksb_n-}${_ksb_k-}${_ksb_i-}${_ksb_j-}\"\n\n"
                "printf '%s\\n' 'a\\b' \"$(cat)\"");
     char cwd[4096];
     ASSERT_NE(getcwd(cwd, sizeof cwd), nullptr);
@@ -171,6 +173,21 @@ void exercise_driver(const char* shell, const char* own_groups) {
     EXPECT_EQ(every_byte.out, bytes);
     EXPECT_EQ(every_byte.status, 0);
     // Each command's marker, in its environment: the session's prefix and its number.
+    // Input follows the request when the command is to read it: every byte, NUL included; the
+    // next request is read as usual after it.
+    std::string all(bytes);
+    all.push_back('\0');
+    const std::string kept = "/tmp/ksb-driver-input-" + std::to_string(getpid());
+    auto fed = run_in(d, session, ++n, "head -c 256 > " + kept + "; echo $?", {}, all);
+    EXPECT_EQ(fed.out, "0\n");
+    {
+        FILE* f = fopen(kept.c_str(), "rb");
+        std::string got(300, '\0');
+        got.resize(f ? fread(got.data(), 1, got.size(), f) : 0);
+        if (f) fclose(f);
+        EXPECT_TRUE(got == all) << got.size();
+        unlink(kept.c_str());
+    }
     auto marked = run_in(d, session, ++n, "echo \"$KUBESANDBOX_EXEC\"");
     EXPECT_EQ(marked.out, "k7" + std::to_string(n) + "\n");
     auto killed = run_in(d, session, ++n, "kill -9 $$");
@@ -319,6 +336,7 @@ void refuse_malformed(const char* shell) {
     refuse_request(shell, "*0\n.1\n");
     refuse_request(shell, "*01\n.1\n");
     refuse_request(shell, "*1x\n.1\n");
+    refuse_request(shell, "<<\n.1\n");
     refuse_request(shell, ".2\n");
     refuse_request(shell, ".\n");
 }

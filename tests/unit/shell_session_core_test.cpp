@@ -42,6 +42,9 @@ TEST(ShellSessionCore, ACommandEndingWithAStoredScriptNamesItByNumber) {
     EXPECT_EQ(encode_shell_request("ls -l\n", 6, stored), "+ls -l\n.6\n");
     EXPECT_EQ(encode_shell_request("s\n", 7, stored), "+s\n.7\n");
     EXPECT_EQ(encode_shell_request("ls\n", 8), "+ls\n.8\n");
+    // A command that reads the bytes sent after its request says so last.
+    EXPECT_EQ(encode_shell_request("set -- 1\nls\n", 9, stored, true), "+set -- 1\n*1\n<\n.9\n");
+    EXPECT_EQ(encode_shell_request("cat", 2, {}, true), "-cat\n<\n.2\n");
     // Empty scripts are never named.
     const std::vector<std::string_view> empty{""};
     EXPECT_EQ(encode_shell_request("ls", 9, empty), "-ls\n.9\n");
