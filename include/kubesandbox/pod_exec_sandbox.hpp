@@ -27,7 +27,8 @@ struct PodExecSandboxOptions {
     // execute() runs its commands through shell sessions: execs of a small shell that stay open
     // and run one command at a time, each in a fresh `sh -c` with the same environment,
     // working directory and kill-on-timeout as an exec of its own. A command then costs one
-    // message each way instead of a connection, an upgrade and a process start. A sandbox has up
+    // message each way instead of a connection, an upgrade and a process start. Files up to
+    // 1 MiB that upload_files and download_files move go through them too. A sandbox has up
     // to this many sessions (a command that finds them all busy gets an exec of its own), none
     // kept idle longer than `shell_session_idle_limit`; 0 gives every command an exec of its own.
     // Output written by a command's background processes after it returned may show up in a
