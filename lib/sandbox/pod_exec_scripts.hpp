@@ -18,6 +18,14 @@ fi
 # `true`, not `:`: a failed redirection on a special built-in would end the shell.
 { true > "$p"; } 2>/dev/null || exit 20
 if [ $# -gt 2 ]; then printf %s "$3" > "$p"; exit; fi
+# From a MiB on, dd in whole MiB blocks where it can fill them (GNU, busybox's usual build):
+# `head -c` reads 8 KiB at a time (GNU) or a byte at a time (busybox), 2x and 6x slower.
+if [ "$n" -ge 1048576 ] && dd if=/dev/null of=/dev/null iflag=fullblock status=none count=0 2>/dev/null; then
+  r=$((n % 1048576))
+  { dd bs=1048576 count=$((n / 1048576)) iflag=fullblock status=none &&
+    { [ "$r" -eq 0 ] || dd bs="$r" count=1 iflag=fullblock status=none; }; } > "$p"
+  exit
+fi
 exec head -c "$n" > "$p"
 )SH";
 
