@@ -328,7 +328,7 @@ asio::awaitable<Result<ShellRun>> ShellSession::run(std::string_view command, st
         state->busy = true;
         state->disarm_idle_timer();
         const std::uint64_t number = ++state->commands;
-        std::string request = encode_shell_request(command, number, state->scripts, with_input);
+        std::string request = encode_shell_request(command, state->marker, number, state->scripts, with_input);
         request.append(input_bytes);
         input_bytes = std::string();
         Command cmd(command_trailer(state->marker, number), cap, state->strand);

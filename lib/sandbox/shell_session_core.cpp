@@ -14,28 +14,30 @@ namespace {
 // launch line ($3 MARKER $4: "KUBESANDBOX_EXEC=", the prefix and the command's number, then the
 // rest of the launcher's steps) are done while the client is still sending; a driver that forked
 // on receipt measured ~0.1 ms more per command. The subshell reads one request: the command's
-// lines each after a '+' (a last line without a newline after a '-'), then '.' and the command's
-// number. It runs the launch line and the command in a fresh `SHELL -c` (its own state; `exit`
-// ends only it) with no input. `read` takes a pipe a byte at a time, so nothing past the request
-// is consumed, and a request costs a system call per byte. Hence a line "*K": it appends the K-th
-// script kept in the driver's arguments after the token (as it is: an assignment neither splits
-// nor expands), so that the file operations' fixed scripts cross once per session, in the exec's
-// argv. A line "<" gives the command the session's input instead of none: the client sends the
-// bytes it is to read right after the request, and nothing more until its trailers (a command
-// that fails may leave some unread: the client then ends the session). End of input or a
-// malformed request ends the driver (SIGKILL: the subshell cannot make the driver exit otherwise); so does a request
-// numbered for another subshell: one that was killed before it read its request leaves that request to the next, which
-// must not run it unwatched. Then the trailers, "MARKER.N STATUS" for the N-th command (137 for one whose subshell was
-// killed). $1 is the shell, $2 is 1 to start each command in a process group of its own
-// (`setsid`, when there is one: a program image more per command), $5 the session's token, which
-// the kill script looks for. Otherwise commands share the driver's group and the driver ignores
-// the signals a command may send its own group (`kill 0`); ignored, not caught, so that no read
-// is cut short, and set back to their defaults in the subshell just before the command starts.
-// The variables are prefixed so that none can be one the environment exported. The driver's own
-// stderr is /dev/null (a shell reports a child killed by a signal there, "Terminated", which an
-// exec of its own would not print); the commands' stderr is fd 3, closed for them. Their
-// redirections are made in the subshell: dash makes a simple command's own in the parent, for as
-// long as it waits, and would report there.
+// lines each after a '+' (a last line without a newline after a '-'), then the session's marker,
+// '.' and the command's number (the marker only the client knows: bytes a command left unread
+// can never end a request). It runs the launch line and the command in a fresh `SHELL -c` (its
+// own state; `exit` ends only it) with no input. `read` takes a pipe a byte at a time, so
+// nothing past the request is consumed, and a request costs a system call per byte. Hence a line
+// "*K": it appends the K-th script kept in the driver's arguments after the token (as it is: an
+// assignment neither splits nor expands), so that the file operations' fixed scripts cross once
+// per session, in the exec's argv. A line "<" gives the command the session's input instead of
+// none: the client sends the bytes it is to read right after the request, and nothing more until
+// its trailers (a command that fails may leave some unread, which the next subshell reads but can
+// never run: the client ends the session). End of input or a malformed request ends the driver
+// (SIGKILL: the subshell cannot make the driver exit otherwise); so does a request numbered for
+// another subshell: one that was killed before it read its request leaves that request to the
+// next, which must not run it unwatched. Then the trailers, "MARKER.N STATUS" for the N-th
+// command (137 for one whose subshell was killed). $1 is the shell, $2 is 1 to start each command
+// in a process group of its own (`setsid`, when there is one: a program image more per command),
+// $5 the session's token, which the kill script looks for. Otherwise commands share the driver's
+// group and the driver ignores the signals a command may send its own group (`kill 0`); ignored,
+// not caught, so that no read is cut short, and set back to their defaults in the subshell just
+// before the command starts. The variables are prefixed so that none can be one the environment
+// exported. The driver's own stderr is /dev/null (a shell reports a child killed by a signal
+// there, "Terminated", which an exec of its own would not print); the commands' stderr is fd 3,
+// closed for them. Their redirections are made in the subshell: dash makes a simple command's own
+// in the parent, for as long as it waits, and would report there.
 constexpr std::string_view driver_script = R"SH(exec 3>&2 2>/dev/null
 read -r _ _ _ _ _ksb_g _ < /proc/$$/stat || _ksb_g=0
 _ksb_own= _ksb_t=
@@ -57,7 +59,7 @@ while :; do
           [ "$_ksb_j" -le $(($# - 5)) ] || { kill -9 $$; exit 0; }
           eval "_ksb_c=\$_ksb_c\${$((_ksb_j + 5))}" ;;
         "<") _ksb_i=1 ;;
-        ".$((_ksb_n + 1))") break ;;
+        "$_ksb_m.$((_ksb_n + 1))") break ;;
         *) kill -9 $$; exit 0 ;;
       esac
     done
@@ -82,7 +84,7 @@ bool parse_long(std::string_view s, long& out) {
 
 std::string_view shell_session_driver() { return driver_script; }
 
-std::string encode_shell_request(std::string_view script, std::uint64_t command,
+std::string encode_shell_request(std::string_view script, std::string_view session_marker, std::uint64_t command,
                                  std::span<const std::string_view> stored, bool with_input) {
     // The longest stored script the command ends with goes by its number.
     std::size_t stored_number = 0, stored_size = 0;
@@ -110,8 +112,7 @@ std::string encode_shell_request(std::string_view script, std::uint64_t command,
         out.append(std::to_string(stored_number)).push_back('\n');
     }
     if (with_input) out.append("<\n");
-    out.push_back('.');
-    out.append(std::to_string(command)).push_back('\n');
+    out.append(command_trailer(session_marker, command)).push_back('\n');
     return out;
 }
 

@@ -6,8 +6,9 @@
 // commands' markers, once; then per command each line of the command prefixed with '+' (a last
 // line without a newline with '-'), or for a command that ends with a script the driver was started
 // with, its prefix so and a line "*" K for the K-th script; a line "<" when the command reads the
-// bytes sent right after its request (else its stdin is empty); then a line "." N for the N-th
-// command (from 1). The driver
+// bytes sent right after its request (else its stdin is empty); then a line MARKER "." N for the
+// N-th command (from 1), the session's marker making sure that bytes a command left unread never
+// end a request. The driver
 // answers on stdout with "KSB1 PID PGID GROUPS\n" once at start (GROUPS "1" when each command
 // gets a process group of its own, else empty), then after the N-th command "MARKER.N STATUS\n"
 // on stdout and "MARKER.N\n" on stderr. The N-th command runs as `SHELL -c SCRIPT`, SCRIPT being
@@ -29,10 +30,10 @@ namespace kubesandbox::sandbox {
 std::string_view shell_session_driver();
 inline constexpr std::size_t max_stored_scripts = 99;
 
-// The request that makes the driver run `command` (which holds no NUL) as the session's
-// `number`-th command (from 1); `stored`: the SCRIPTs the driver was started with, in order.
-// `with_input`: the command's stdin is the session's (the bytes sent after the request), not empty.
-std::string encode_shell_request(std::string_view command, std::uint64_t number,
+// The request that makes the driver run `command` (which holds no NUL) as the `number`-th command
+// (from 1) of the session whose marker is `session_marker`; `stored`: the SCRIPTs the driver was started with, in
+// order. `with_input`: the command's stdin is the session's (the bytes sent after the request), not empty.
+std::string encode_shell_request(std::string_view command, std::string_view session_marker, std::uint64_t number,
                                  std::span<const std::string_view> stored = {}, bool with_input = false);
 
 // The marker of the `command`-th command (from 1) of a session whose prefix (letters and digits

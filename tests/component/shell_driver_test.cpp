@@ -112,7 +112,7 @@ struct Ran {
 Ran run_in(Driver& d, const std::string& session, std::uint64_t n, const std::string& script,
            std::span<const std::string_view> stored = {}, const std::optional<std::string>& input = std::nullopt) {
     Ran r;
-    EXPECT_TRUE(d.send(encode_shell_request(script, n, stored, input.has_value()) + input.value_or("")));
+    EXPECT_TRUE(d.send(encode_shell_request(script, session, n, stored, input.has_value()) + input.value_or("")));
     const std::string m = command_trailer(session, n);
     TrailerScanner out(m, TrailerScanner::Kind::stdout_with_status), err(m, TrailerScanner::Kind::stderr_bare);
     bool truncated = false;
@@ -280,7 +280,7 @@ void run_stored_scripts(const char* shell) {
     std::uint64_t n = 0;
     for (const auto& command : commands) {
         ++n;
-        const std::string request = encode_shell_request(command, n, names);
+        const std::string request = encode_shell_request(command, std::string(32, 'c'), n, names);
         EXPECT_LT(request.size(), 200u) << "the script was sent: " << command;
         auto with = run_in(kept, std::string(32, 'c'), n, command, names);
         // The plain driver runs the removal once only: it is compared with what the kept one left.
@@ -331,14 +331,42 @@ void refuse_request(const char* shell, const std::string& request) {
 }
 
 void refuse_malformed(const char* shell) {
-    refuse_request(shell, "bad\n.1\n");
-    refuse_request(shell, "*1\n.1\n");  // this driver keeps no scripts
-    refuse_request(shell, "*0\n.1\n");
-    refuse_request(shell, "*01\n.1\n");
-    refuse_request(shell, "*1x\n.1\n");
-    refuse_request(shell, "<<\n.1\n");
-    refuse_request(shell, ".2\n");
-    refuse_request(shell, ".\n");
+    const std::string end = std::string(32, 'b') + ".1\n";  // the first request's last line
+    refuse_request(shell, "bad\n" + end);
+    refuse_request(shell, "*1\n" + end);  // this driver keeps no scripts
+    refuse_request(shell, "*0\n" + end);
+    refuse_request(shell, "*01\n" + end);
+    refuse_request(shell, "*1x\n" + end);
+    refuse_request(shell, "<<\n" + end);
+    refuse_request(shell, std::string(32, 'b') + ".2\n");
+    refuse_request(shell, std::string(32, 'b') + ".\n");
+    // Without the session's marker the number ends nothing: what a command leaves unread of its
+    // input, which the next subshell reads, can never be run.
+    refuse_request(shell, ".1\n");
+    refuse_request(shell, std::string(32, 'c') + ".1\n");
+}
+
+// A command given input that fails without reading it leaves it to the next subshell: a request
+// in it (here what the old protocol would have run) ends the driver instead of running.
+void leftover_input_never_runs(const char* shell) {
+    Driver d(shell, "0");
+    ASSERT_GT(d.pid(), 0);
+    std::string hello;
+    ASSERT_TRUE(d.read_until(d.out(), hello, [&] { return hello.find('\n') != std::string::npos; }));
+    const std::string session(32, 'e');
+    ASSERT_TRUE(d.send(session + " k7\n"));
+    const std::string never = "/tmp/ksb-driver-leftover-" + std::to_string(getpid());
+    unlink(never.c_str());
+    auto failed = run_in(d, session, 1, "exit 3", {}, "+touch " + never + "\n.2\n+touch " + never + "\n");
+    EXPECT_EQ(failed.status, 3);
+    int status = 0;
+    pid_t waited = 0;
+    for (int i = 0; i < 1000 && (waited = waitpid(d.pid(), &status, WNOHANG)) == 0; ++i) usleep(10 * 1000);
+    ASSERT_EQ(waited, d.pid()) << "the driver did not end";
+    d.forget();
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+    EXPECT_NE(access(never.c_str(), F_OK), 0) << "input left unread was run";
+    unlink(never.c_str());
 }
 
 TEST(ShellSessionDriver, RunsCommandsInFreshShellsUnderDash) {
@@ -346,6 +374,7 @@ TEST(ShellSessionDriver, RunsCommandsInFreshShellsUnderDash) {
     exercise_driver("/bin/sh", "1");
     run_stored_scripts("/bin/sh");
     refuse_malformed("/bin/sh");
+    leftover_input_never_runs("/bin/sh");
 }
 
 TEST(ShellSessionDriver, RunsCommandsInFreshShellsUnderBusybox) {
@@ -359,6 +388,7 @@ TEST(ShellSessionDriver, RunsCommandsInFreshShellsUnderBusybox) {
     exercise_driver(sh.c_str(), "1");
     run_stored_scripts(sh.c_str());
     refuse_malformed(sh.c_str());
+    leftover_input_never_runs(sh.c_str());
     unlink(sh.c_str());
     rmdir(dir);
 }
@@ -369,6 +399,7 @@ TEST(ShellSessionDriver, RunsCommandsInFreshShellsUnderBash) {
     exercise_driver("/bin/bash", "1");
     run_stored_scripts("/bin/bash");
     refuse_malformed("/bin/bash");
+    leftover_input_never_runs("/bin/bash");
 }
 
 }  // namespace

@@ -18,36 +18,37 @@ using kubesandbox::sandbox::TrailerScanner;
 
 const std::string marker = "0123456789abcdef0123456789abcdef";
 
-TEST(ShellSessionCore, RequestPrefixesEveryLineAndEndsWithItsNumber) {
-    EXPECT_EQ(encode_shell_request("echo a\n\necho 'b\\'\n", 1), "+echo a\n+\n+echo 'b\\'\n.1\n");
+TEST(ShellSessionCore, RequestPrefixesEveryLineAndEndsWithTheMarkerAndItsNumber) {
+    EXPECT_EQ(encode_shell_request("echo a\n\necho 'b\\'\n", "m", 1), "+echo a\n+\n+echo 'b\\'\nm.1\n");
     // A last line without its newline is marked as such, so none is added.
-    EXPECT_EQ(encode_shell_request("x", 7), "-x\n.7\n");
-    EXPECT_EQ(encode_shell_request("a\nb\\", 12), "+a\n-b\\\n.12\n");
-    EXPECT_EQ(encode_shell_request("", 3), ".3\n");
+    EXPECT_EQ(encode_shell_request("x", "m", 7), "-x\nm.7\n");
+    EXPECT_EQ(encode_shell_request("a\nb\\", "m", 12), "+a\n-b\\\nm.12\n");
+    EXPECT_EQ(encode_shell_request("", "m", 3), "m.3\n");
     // A line that looks like the terminator is still a script line.
-    EXPECT_EQ(encode_shell_request(".2\n.2", 2), "+.2\n-.2\n.2\n");
+    EXPECT_EQ(encode_shell_request(".2\n.2", "m", 2), "+.2\n-.2\nm.2\n");
+    EXPECT_EQ(encode_shell_request("m.2\n", "m", 2), "+m.2\nm.2\n");
 }
 
 TEST(ShellSessionCore, ACommandEndingWithAStoredScriptNamesItByNumber) {
     const std::vector<std::string_view> stored{"ls\n", "tail\n", "x\ntail\n", "y"};
     // The prefix as usual, then the script's number (from 1).
-    EXPECT_EQ(encode_shell_request("set -- 'a b'\nls\n", 4, stored), "+set -- 'a b'\n*1\n.4\n");
+    EXPECT_EQ(encode_shell_request("set -- 'a b'\nls\n", "m", 4, stored), "+set -- 'a b'\n*1\nm.4\n");
     // A prefix without a newline at its end keeps it so: the script follows it at once.
-    EXPECT_EQ(encode_shell_request("echo ls\n", 2, stored), "-echo \n*1\n.2\n");
-    EXPECT_EQ(encode_shell_request("ls\n", 1, stored), "*1\n.1\n");
+    EXPECT_EQ(encode_shell_request("echo ls\n", "m", 2, stored), "-echo \n*1\nm.2\n");
+    EXPECT_EQ(encode_shell_request("ls\n", "m", 1, stored), "*1\nm.1\n");
     // The longest script that ends the command.
-    EXPECT_EQ(encode_shell_request("set -- 1\nx\ntail\n", 3, stored), "+set -- 1\n*3\n.3\n");
-    EXPECT_EQ(encode_shell_request("a\ny", 5, stored), "+a\n*4\n.5\n");
+    EXPECT_EQ(encode_shell_request("set -- 1\nx\ntail\n", "m", 3, stored), "+set -- 1\n*3\nm.3\n");
+    EXPECT_EQ(encode_shell_request("a\ny", "m", 5, stored), "+a\n*4\nm.5\n");
     // No script ends it, or none is kept: the whole command travels.
-    EXPECT_EQ(encode_shell_request("ls -l\n", 6, stored), "+ls -l\n.6\n");
-    EXPECT_EQ(encode_shell_request("s\n", 7, stored), "+s\n.7\n");
-    EXPECT_EQ(encode_shell_request("ls\n", 8), "+ls\n.8\n");
+    EXPECT_EQ(encode_shell_request("ls -l\n", "m", 6, stored), "+ls -l\nm.6\n");
+    EXPECT_EQ(encode_shell_request("s\n", "m", 7, stored), "+s\nm.7\n");
+    EXPECT_EQ(encode_shell_request("ls\n", "m", 8), "+ls\nm.8\n");
     // A command that reads the bytes sent after its request says so last.
-    EXPECT_EQ(encode_shell_request("set -- 1\nls\n", 9, stored, true), "+set -- 1\n*1\n<\n.9\n");
-    EXPECT_EQ(encode_shell_request("cat", 2, {}, true), "-cat\n<\n.2\n");
+    EXPECT_EQ(encode_shell_request("set -- 1\nls\n", "m", 9, stored, true), "+set -- 1\n*1\n<\nm.9\n");
+    EXPECT_EQ(encode_shell_request("cat", "m", 2, {}, true), "-cat\n<\nm.2\n");
     // Empty scripts are never named.
     const std::vector<std::string_view> empty{""};
-    EXPECT_EQ(encode_shell_request("ls", 9, empty), "-ls\n.9\n");
+    EXPECT_EQ(encode_shell_request("ls", "m", 9, empty), "-ls\nm.9\n");
 }
 
 TEST(ShellSessionCore, TrailersAndMarkersCountTheSessionsCommands) {
