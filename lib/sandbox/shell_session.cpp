@@ -447,8 +447,6 @@ std::size_t ShellSessionPool::reusable_count() const {
     return n;
 }
 
-bool ShellSessionPool::keeps_scripts() const { return !scripts_.empty() && !scripts_refused_; }
-
 std::size_t ShellSessionPool::opened_count() const {
     std::lock_guard lock(mutex_);
     return opened_;

@@ -47,7 +47,6 @@ public:
     std::size_t idle_count() const;
     std::size_t reusable_count() const;  // idle sessions a command could use now
     std::size_t opened_count() const;    // sessions opened so far (for tests and benchmarks)
-    bool keeps_scripts() const;          // sessions start with the scripts (not refused)
 
 private:
     struct Idle {
