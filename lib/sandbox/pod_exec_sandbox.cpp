@@ -557,13 +557,19 @@ asio::awaitable<Result<std::vector<FileDownloadResponse>>> PodExecSandbox::downl
             out[i].error = "not attempted: " + fatal->message;
             co_return;
         }
-        // Through a session first, up to max_session_download bytes; a larger file again, in an
-        // exec of its own.
-        const std::size_t session_limit = std::min(max_session_transfer, options_.max_file_bytes);
+        // Through a session first, up to max_session_transfer bytes; a larger file again, in an
+        // exec of its own, unless the session's limit was max_file_bytes already.
+        const bool limit_is_max = options_.max_file_bytes <= max_session_transfer;
+        const std::size_t session_limit = limit_is_max ? options_.max_file_bytes : max_session_transfer;
         const std::string command = "set -- " + files::shell_quote(path) + " " + std::to_string(session_limit + 1) +
                                     "\n" + sandbox::download_script;
         auto in_session = co_await Internals::transfer_in_session(*this, command, session_limit + 1);
         Result<kube::ExecOutcome> outcome;
+        if (in_session && *in_session && (*in_session)->stdout_data.size() > session_limit && limit_is_max &&
+            !transfer_error(**in_session)) {
+            out[i].error = file_error::file_too_large;
+            co_return;
+        }
         if (in_session &&
             (!*in_session || (*in_session)->stdout_data.size() <= session_limit || transfer_error(**in_session))) {
             outcome = std::move(*in_session);

@@ -292,6 +292,14 @@ TEST_F(SandboxTest, FilesUpToAMebibyteMoveThroughSessionsAndLargerOnesThroughExe
         EXPECT_EQ(co_await download_one(s, "/tmp/ksb-t/missing"), std::string("error: ") + file_error::file_not_found);
         EXPECT_EQ(co_await download_one(s, "/tmp/ksb-t"), std::string("error: ") + file_error::is_directory);
         EXPECT_EQ(s.shell_sessions_opened(), 2u);
+        // Under a max_file_bytes below 1 MiB the session reads one byte more than it allows, and
+        // a longer file is too large with no second read.
+        PodExecSandboxOptions small_files = s.options();
+        small_files.max_file_bytes = 256;
+        PodExecSandbox small(client(), s.namespace_name(), s.pod_name(), small_files);
+        EXPECT_TRUE(co_await download_one(small, "/tmp/ksb-t/every") == bytes);
+        EXPECT_EQ(co_await download_one(small, "/tmp/ksb-t/mib"), std::string("error: ") + file_error::file_too_large);
+        EXPECT_EQ(small.shell_sessions_opened(), 1u);
 
         cluster_->clear_faults();
         EXPECT_EQ(co_await upload_one(s, "/tmp/ksb-t/over", over), "ok");
