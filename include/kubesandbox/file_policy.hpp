@@ -52,6 +52,9 @@ public:
         std::vector<std::pair<std::string, std::string>> files) override;
     boost::asio::awaitable<Result<std::vector<FileDownloadResponse>>> download_files(
         std::vector<std::string> paths) override;
+    boost::asio::awaitable<Result<FileUploadResponse>> upload_from(std::string path, std::uint64_t size,
+                                                                   ByteSource source) override;
+    boost::asio::awaitable<Result<FileDownloadResponse>> download_to(std::string path, ByteSink sink) override;
 
 private:
     std::shared_ptr<Sandbox> inner_;

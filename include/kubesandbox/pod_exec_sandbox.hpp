@@ -84,6 +84,10 @@ public:
         std::vector<std::pair<std::string, std::string>> files) override;
     boost::asio::awaitable<Result<std::vector<FileDownloadResponse>>> download_files(
         std::vector<std::string> paths) override;
+    // Streamed through an exec of its own each, in constant memory.
+    boost::asio::awaitable<Result<FileUploadResponse>> upload_from(std::string path, std::uint64_t size,
+                                                                   ByteSource source) override;
+    boost::asio::awaitable<Result<FileDownloadResponse>> download_to(std::string path, ByteSink sink) override;
 
     // Runs argv directly (no shell) in the workdir, feeding `stdin_data` (closed afterwards on
     // v5). Each stream is capped at max_output_bytes; a timeout kills what the command started.

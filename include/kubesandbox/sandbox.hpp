@@ -7,8 +7,11 @@
 #include <boost/asio/awaitable.hpp>
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -42,6 +45,13 @@ struct FileDownloadResponse {
     std::optional<std::string> error{};
 };
 
+// The next piece of a file being uploaded, valid until the next call; an empty piece at its end.
+// An error ends the upload with that error.
+using ByteSource = std::function<boost::asio::awaitable<Result<std::string_view>>()>;
+// Receives a file being downloaded, piece by piece (`data` is valid until the returned awaitable
+// completes; the next piece is read only then). Returning false stops the download.
+using ByteSink = std::function<boost::asio::awaitable<bool>(std::string_view data)>;
+
 class Sandbox {
 public:
     virtual ~Sandbox() = default;
@@ -66,6 +76,17 @@ public:
         std::vector<std::pair<std::string, std::string>> files) = 0;
     virtual boost::asio::awaitable<Result<std::vector<FileDownloadResponse>>> download_files(
         std::vector<std::string> paths) = 0;
+
+    // One file of `size` bytes from `source`, and one file into `sink`, for files too large to
+    // hold in memory: per-file errors as upload_files/download_files report them (the download's
+    // content stays unset), and no max_file_bytes. A source that gives more or fewer bytes than
+    // `size` is an invalid_argument error; a sink that stops the download, errc::cancelled. A
+    // failed upload may leave the file partly written, and a failed download may have passed
+    // part of the file to the sink. Not retried. This default holds the file in memory (through
+    // upload_files/download_files); sandboxes that can stream override it.
+    virtual boost::asio::awaitable<Result<FileUploadResponse>> upload_from(std::string path, std::uint64_t size,
+                                                                           ByteSource source);
+    virtual boost::asio::awaitable<Result<FileDownloadResponse>> download_to(std::string path, ByteSink sink);
 };
 
 }  // namespace kubesandbox

@@ -25,59 +25,75 @@ asio::awaitable<Result<ExecuteResponse>> PolicySandbox::execute(std::string comm
     co_return co_await inner_->execute(std::move(command), timeout);
 }
 
-asio::awaitable<Result<std::vector<FileUploadResponse>>> PolicySandbox::upload_files(
-    std::vector<std::pair<std::string, std::string>> files) {
-    std::vector<FileUploadResponse> out(files.size());
+namespace {
+
+// What the policy says of a write: its error, or where to write (the canonical path when the
+// policy resolved one, so the write lands where the check looked, not where "link/../x" leads).
+struct WriteDecision {
+    std::optional<std::string> error{};
+    std::string target{};
+};
+
+// Decides the writes of `files` (path, size), each audited.
+asio::awaitable<Result<std::vector<WriteDecision>>> decide_writes(
+    Sandbox& inner, const FilePolicy& policy, const std::vector<std::pair<std::string, std::uint64_t>>& files) {
     std::vector<std::optional<std::string>> canonical(files.size());
-    if (policy_.restricts_writes()) {
+    if (policy.restricts_writes()) {
         std::vector<std::string> normal;
         std::vector<std::size_t> which;
         for (std::size_t i = 0; i < files.size(); ++i) {
-            out[i].path = files[i].first;
             if (auto n = files::normalize_absolute(files[i].first)) {
                 canonical[i] = *n;
                 normal.push_back(*n);
                 which.push_back(i);
             }
         }
-        if (policy_.resolve_symlinks && !normal.empty()) {
-            auto resolved = co_await inner_->execute(files::canonical_paths_command(true, normal), std::nullopt);
+        if (policy.resolve_symlinks && !normal.empty()) {
+            auto resolved = co_await inner.execute(files::canonical_paths_command(true, normal), std::nullopt);
             if (!resolved) co_return tl::unexpected(resolved.error());
             auto parsed = files::parse_canonical_paths(resolved->output, normal.size());
             for (std::size_t k = 0; k < which.size(); ++k)
                 canonical[which[k]] = parsed ? (*parsed)[k] : std::optional<std::string>();
         }
     }
-    std::vector<std::pair<std::string, std::string>> allowed;
-    std::vector<std::size_t> slots;
+    std::vector<WriteDecision> out(files.size());
     for (std::size_t i = 0; i < files.size(); ++i) {
-        out[i].path = files[i].first;
-        AuditEvent event{"upload", files[i].first, {{"bytes", std::to_string(files[i].second.size())}}};
-        bool ok = true;
-        if (policy_.restricts_writes()) {
+        AuditEvent event{"upload", files[i].first, {{"bytes", std::to_string(files[i].second)}}};
+        if (policy.restricts_writes()) {
             // A relative path is the sandbox's invalid_path; one that could not be resolved is refused.
             bool relative = files[i].first.empty() || files[i].first[0] != '/';
             if (relative) {
                 out[i].error = file_error::invalid_path;
-                ok = false;
-            } else if (!canonical[i] || !files::write_allowed(policy_, *canonical[i])) {
+            } else if (!canonical[i] || !files::write_allowed(policy, *canonical[i])) {
                 out[i].error = file_error::permission_denied;
-                ok = false;
             }
             if (canonical[i]) event.metadata.emplace_back("canonical", *canonical[i]);
         }
-        event.metadata.emplace_back("outcome", ok ? "allowed" : "denied");
-        bool recorded = files::audit(policy_, std::move(event));
-        if (ok && !recorded) {
-            out[i].error = file_error::permission_denied;
-            ok = false;
-        }
-        if (ok) {
-            // Write where the check looked (the canonical path), not where "link/../x" would lead.
-            if (canonical[i]) files[i].first = *canonical[i];
-            allowed.push_back(std::move(files[i]));
-            slots.push_back(i);
-        }
+        event.metadata.emplace_back("outcome", out[i].error ? "denied" : "allowed");
+        bool recorded = files::audit(policy, std::move(event));
+        if (!out[i].error && !recorded) out[i].error = file_error::permission_denied;
+        if (!out[i].error) out[i].target = canonical[i] ? *canonical[i] : files[i].first;
+    }
+    co_return out;
+}
+
+}  // namespace
+
+asio::awaitable<Result<std::vector<FileUploadResponse>>> PolicySandbox::upload_files(
+    std::vector<std::pair<std::string, std::string>> files) {
+    std::vector<std::pair<std::string, std::uint64_t>> sizes;
+    for (const auto& [path, content] : files) sizes.emplace_back(path, content.size());
+    auto decided = co_await decide_writes(*inner_, policy_, sizes);
+    if (!decided) co_return tl::unexpected(decided.error());
+    std::vector<FileUploadResponse> out(files.size());
+    std::vector<std::pair<std::string, std::string>> allowed;
+    std::vector<std::size_t> slots;
+    for (std::size_t i = 0; i < files.size(); ++i) {
+        out[i].path = files[i].first;
+        out[i].error = std::move((*decided)[i].error);
+        if (out[i].error) continue;
+        allowed.emplace_back(std::move((*decided)[i].target), std::move(files[i].second));
+        slots.push_back(i);
     }
     if (!allowed.empty()) {
         auto inner = co_await inner_->upload_files(std::move(allowed));
@@ -89,6 +105,23 @@ asio::awaitable<Result<std::vector<FileUploadResponse>>> PolicySandbox::upload_f
         }
     }
     co_return out;
+}
+
+asio::awaitable<Result<FileUploadResponse>> PolicySandbox::upload_from(std::string path, std::uint64_t size,
+                                                                       ByteSource source) {
+    std::vector<std::pair<std::string, std::uint64_t>> one{{path, size}};
+    auto decided = co_await decide_writes(*inner_, policy_, one);
+    if (!decided) co_return tl::unexpected(decided.error());
+    if (decided->front().error) co_return FileUploadResponse{std::move(path), std::move(decided->front().error)};
+    auto inner = co_await inner_->upload_from(std::move(decided->front().target), size, std::move(source));
+    if (inner) inner->path = std::move(path);
+    co_return inner;
+}
+
+asio::awaitable<Result<FileDownloadResponse>> PolicySandbox::download_to(std::string path, ByteSink sink) {
+    if (!files::audit(policy_, AuditEvent{"download", path, {{"outcome", "allowed"}}}))
+        co_return FileDownloadResponse{std::move(path), std::nullopt, file_error::permission_denied};
+    co_return co_await inner_->download_to(std::move(path), std::move(sink));
 }
 
 asio::awaitable<Result<std::vector<FileDownloadResponse>>> PolicySandbox::download_files(

@@ -168,6 +168,35 @@ asio::awaitable<std::optional<Error>> write_stdin(WebSocket& ws, const std::stri
     co_return std::nullopt;
 }
 
+// write_stdin() for input pulled from `source`. Its error closes the connection (no end of
+// input is sent) and is returned.
+asio::awaitable<std::optional<Error>> write_stdin_from(
+    WebSocket& ws, const std::function<asio::awaitable<Result<std::string_view>>()>& source, bool v5,
+    const bool& finished) {
+    while (!finished) {
+        Result<std::string_view> piece = co_await source();
+        if (!piece) {
+            ws.next_layer().close();
+            co_return piece.error();
+        }
+        if (piece->empty()) break;
+        while (!piece->empty() && !finished) {
+            const std::size_t n = std::min(max_stdin_message, piece->size());
+            static constexpr char stdin_channel = 0;
+            const std::array<asio::const_buffer, 2> msg{asio::buffer(&stdin_channel, 1),
+                                                        asio::buffer(piece->data(), n)};
+            auto [ec, written] = co_await ws.async_write(msg, use_tuple);
+            if (ec) co_return std::nullopt;  // the reader reports the outcome
+            piece->remove_prefix(n);
+        }
+    }
+    if (v5 && !finished) {
+        std::string close = proto::encode_close_signal(0);
+        co_await ws.async_write(asio::buffer(close), use_tuple);
+    }
+    co_return std::nullopt;
+}
+
 asio::awaitable<Result<ExecOutcome>> run_on_strand(std::shared_ptr<KubeClient::Impl> client, ExecTarget target,
                                                    ExecRunOptions options) {
     auto session = co_await open_session(*client, target);
@@ -208,7 +237,13 @@ asio::awaitable<Result<ExecOutcome>> run_on_strand(std::shared_ptr<KubeClient::I
     ChannelKeepAlive keep_alive(ws, co_await asio::this_coro::executor);
     std::string status;
     ReadResult read;
-    if (target.stdin) {
+    std::optional<Error> source_error;
+    if (target.stdin && options.stdin_source) {
+        auto both = co_await (read_loop(ws, out, status, options, finished) &&
+                              write_stdin_from(ws, options.stdin_source, session->v5, finished));
+        read = std::move(std::get<0>(both));
+        source_error = std::move(std::get<1>(both));
+    } else if (target.stdin) {
         const bool v5 = session->v5;
         const std::string& input = options.stdin_shared ? *options.stdin_shared : options.stdin_data;
         auto both = co_await (read_loop(ws, out, status, options, finished) && write_stdin(ws, input, v5, finished));
@@ -219,6 +254,7 @@ asio::awaitable<Result<ExecOutcome>> run_on_strand(std::shared_ptr<KubeClient::I
     watch->done = true;
     timer->cancel();
     ws.next_layer().close();
+    if (source_error) co_return fail(std::move(*source_error));
     if (keep_alive.timed_out() && read.error) {
         Error silent =
             make_error(errc::connection_closed, "exec connection lost: the server went silent (no answer to a ping)");

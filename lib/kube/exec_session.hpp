@@ -43,6 +43,9 @@ struct ExecRunOptions {
     std::string stdin_data{};
     // Used instead of stdin_data when set: lets a caller retry without copying a large payload.
     std::shared_ptr<const std::string> stdin_shared{};
+    // Used instead of both when set: the input piece by piece, each valid until the next call,
+    // an empty piece at its end. An error from it ends the session, and run_exec returns it.
+    std::function<boost::asio::awaitable<Result<std::string_view>>()> stdin_source{};
     std::size_t max_stdout{SIZE_MAX};
     std::size_t max_stderr{SIZE_MAX};
     // End the session as soon as a stream passes its cap (its *_truncated flag is set and no exit

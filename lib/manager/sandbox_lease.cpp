@@ -97,4 +97,21 @@ asio::awaitable<Result<std::vector<FileDownloadResponse>>> SandboxLease::downloa
     co_return r;
 }
 
+asio::awaitable<Result<FileUploadResponse>> SandboxLease::upload_from(std::string path, std::uint64_t size,
+                                                                      ByteSource source) {
+    if (!slot_) co_return fail(no_sandbox());
+    BusyGuard busy(slot_);
+    auto r = co_await busy.slot->sandbox->upload_from(std::move(path), size, std::move(source));
+    note_outcome(*busy.slot, r);
+    co_return r;
+}
+
+asio::awaitable<Result<FileDownloadResponse>> SandboxLease::download_to(std::string path, ByteSink sink) {
+    if (!slot_) co_return fail(no_sandbox());
+    BusyGuard busy(slot_);
+    auto r = co_await busy.slot->sandbox->download_to(std::move(path), std::move(sink));
+    note_outcome(*busy.slot, r);
+    co_return r;
+}
+
 }  // namespace kubesandbox

@@ -4,6 +4,7 @@
 #include "files/text.hpp"
 #include "kube/client_impl.hpp"
 #include "kube/exec_session.hpp"
+#include "sandbox/byte_streams.hpp"
 #include "sandbox/pod_exec_scripts.hpp"
 #include "sandbox/shell_session.hpp"
 #include "sandbox/transfer_status.hpp"
@@ -371,6 +372,30 @@ struct PodExecSandbox::Internals {
         co_return ran;
     }
 
+    // A transfer streamed through an exec of its own, not retried (its source or sink has moved
+    // on). A failure of the source is returned as it is; a sandbox that is gone is errc::not_found.
+    static asio::awaitable<Result<kube::ExecOutcome>> stream(PodExecSandbox& self, std::vector<std::string> argv,
+                                                             kube::ExecRunOptions run) {
+        auto source_failed = std::make_shared<bool>(false);
+        if (run.stdin_source) {
+            run.stdin_source = [source_failed,
+                                source = std::move(run.stdin_source)]() -> asio::awaitable<Result<std::string_view>> {
+                auto piece = co_await source();
+                if (!piece) *source_failed = true;
+                co_return piece;
+            };
+        }
+        const bool with_stdin = static_cast<bool>(run.stdin_source);
+        if (self.options_.default_timeout.count() > 0) run.timeout = self.options_.default_timeout;
+        auto outcome = co_await kube::run_exec(KubeClientAccess::impl(self.client_),
+                                               make_target(self, std::move(argv), with_stdin), std::move(run));
+        if (self.options_.on_activity) self.options_.on_activity();
+        if (!outcome && !*source_failed) {
+            if (auto gone = co_await gone_error(self)) co_return fail(std::move(*gone));
+        }
+        co_return outcome;
+    }
+
     static asio::awaitable<Result<kube::ExecOutcome>> transfer(PodExecSandbox& self, std::vector<std::string> argv,
                                                                std::string stdin_data, bool with_stdin,
                                                                std::size_t max_stdout) {
@@ -595,6 +620,56 @@ asio::awaitable<Result<std::vector<FileDownloadResponse>>> PodExecSandbox::downl
     if (fatal) co_return fail(std::move(*fatal));
     if (cancelled) co_return fail(errc::cancelled, "download_files was cancelled");
     co_return out;
+}
+
+asio::awaitable<Result<FileUploadResponse>> PodExecSandbox::upload_from(std::string path, std::uint64_t size,
+                                                                        ByteSource source) {
+    FileUploadResponse r{path, std::nullopt};
+    if (!is_absolute_clean_path(path)) {
+        r.error = file_error::invalid_path;
+        co_return r;
+    }
+    std::vector<std::string> argv{options_.shell,      "-c", sandbox::upload_script, "sh", std::move(path),
+                                  std::to_string(size)};
+    kube::ExecRunOptions run;
+    run.stdin_source = sandbox::exactly(std::move(source), size);
+    run.max_stdout = 64 * 1024;
+    run.max_stderr = 64 * 1024;
+    auto outcome = co_await Internals::stream(*this, std::move(argv), std::move(run));
+    if (!outcome) {
+        if (!outcome.error().is(errc::connection_closed)) co_return fail(outcome.error());
+        r.error = "transfer failed: " + outcome.error().message;
+        co_return r;
+    }
+    r.error = transfer_error(*outcome);
+    co_return r;
+}
+
+asio::awaitable<Result<FileDownloadResponse>> PodExecSandbox::download_to(std::string path, ByteSink sink) {
+    FileDownloadResponse r{path, std::nullopt, std::nullopt};
+    if (!is_absolute_clean_path(path)) {
+        r.error = file_error::invalid_path;
+        co_return r;
+    }
+    std::vector<std::string> argv{options_.shell, "-c", sandbox::download_script, "sh", std::move(path)};
+    kube::ExecRunOptions run;
+    auto errors = std::make_shared<std::string>();  // the script's stderr, for a failure's description
+    run.on_output = [sink = std::move(sink), errors](int channel, std::string_view data) -> asio::awaitable<bool> {
+        if (channel == 1) co_return co_await sink(data);
+        errors->append(data.substr(0, 4096 - std::min<std::size_t>(errors->size(), 4096)));
+        co_return true;
+    };
+    auto outcome = co_await Internals::stream(*this, std::move(argv), std::move(run));
+    if (!outcome) {
+        if (!outcome.error().is(errc::connection_closed)) co_return fail(outcome.error());
+        r.error = "transfer failed: " + outcome.error().message;
+        co_return r;
+    }
+    if (outcome->sink_exception) std::rethrow_exception(outcome->sink_exception);
+    if (outcome->stopped_by_sink) co_return fail(errc::cancelled, "the sink stopped the download of " + r.path);
+    outcome->stderr_data = std::move(*errors);
+    r.error = transfer_error(*outcome);
+    co_return r;
 }
 
 }  // namespace kubesandbox

@@ -191,4 +191,73 @@ TEST_F(SandboxTest, StdinStreamsThroughV5Close) {
     });
 }
 
+// `text` in uneven pieces, up to ~300 KB.
+ByteSource uneven_pieces(std::shared_ptr<const std::string> text) {
+    auto at = std::make_shared<std::size_t>(0), size = std::make_shared<std::size_t>(1);
+    return [text, at, size]() -> asio::awaitable<Result<std::string_view>> {
+        std::string_view piece = std::string_view(*text).substr(*at, *size);
+        *at += piece.size();
+        *size = *size * 13 % 300007 + 1;
+        co_return piece;
+    };
+}
+
+// Files stream in and out through execs of their own, whatever their size and max_file_bytes,
+// with the per-file errors upload_files and download_files give; a source that misreports its
+// size or fails, and a sink that stops, end the transfer with an error.
+TEST_F(SandboxTest, FilesStreamInAndOutInPieces) {
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
+        PodExecSandboxOptions small_limit = s.options();
+        small_limit.max_file_bytes = 1024;
+        PodExecSandbox box(client(), s.namespace_name(), s.pod_name(), small_limit);
+        auto big = std::make_shared<std::string>(9 * 1024 * 1024 + 3, '\0');
+        for (std::size_t i = 0; i < big->size(); ++i) (*big)[i] = static_cast<char>(i * 31 + i / 4099);
+        const std::string path = "/workspace/streams/big $x 'q'.bin";
+        auto up = co_await box.upload_from(path, big->size(), uneven_pieces(big));
+        EXPECT_TRUE(up && !up->error && up->path == path) << (up ? up->error.value_or("") : up.error().describe());
+        std::string got;
+        int pieces = 0;
+        ByteSink keep = [&](std::string_view data) -> asio::awaitable<bool> {
+            ++pieces;
+            got.append(data);
+            co_return true;
+        };
+        auto down = co_await box.download_to(path, keep);
+        EXPECT_TRUE(down && !down->error && !down->content)
+            << (down ? down->error.value_or("") : down.error().describe());
+        EXPECT_EQ(got.size(), big->size());
+        EXPECT_TRUE(got == *big);
+        EXPECT_GT(pieces, 1);
+
+        auto empty = std::make_shared<const std::string>();
+        EXPECT_TRUE(co_await box.upload_from("/workspace/streams/empty", 0, uneven_pieces(empty)));
+        got.clear();
+        auto none = co_await box.download_to("/workspace/streams/empty", keep);
+        EXPECT_TRUE(none && !none->error && got.empty());
+
+        auto missing = co_await box.download_to("/workspace/streams/missing", keep);
+        EXPECT_TRUE(missing && missing->error == file_error::file_not_found);
+        auto folder = co_await box.download_to("/workspace/streams", keep);
+        EXPECT_TRUE(folder && folder->error == file_error::is_directory);
+        auto relative = co_await box.download_to("streams/x", keep);
+        EXPECT_TRUE(relative && relative->error == file_error::invalid_path);
+        auto read_only = co_await box.upload_from("/etc/hosts", 3, uneven_pieces(std::make_shared<std::string>("abc")));
+        EXPECT_TRUE(read_only && read_only->error == file_error::permission_denied);
+
+        auto short_one = co_await box.upload_from("/workspace/streams/short", 100,
+                                                  uneven_pieces(std::make_shared<std::string>("abc")));
+        EXPECT_TRUE(!short_one && short_one.error().is(errc::invalid_argument));
+        ByteSource broken = []() -> asio::awaitable<Result<std::string_view>> {
+            co_return fail(errc::io_error, "local disk gone");
+        };
+        auto failed = co_await box.upload_from("/workspace/streams/broken", 10, broken);
+        EXPECT_TRUE(!failed && failed.error().is(errc::io_error));
+        ByteSink stop = [](std::string_view) -> asio::awaitable<bool> { co_return false; };
+        auto stopped = co_await box.download_to(path, stop);
+        EXPECT_TRUE(!stopped && stopped.error().is(errc::cancelled));
+        auto still = co_await box.execute("echo fine");
+        EXPECT_TRUE(still && still->output == "fine\n");
+    });
+}
+
 }  // namespace

@@ -1,0 +1,79 @@
+// Sandbox::upload_from and download_to as every sandbox can do them, through upload_files and
+// download_files; and a source held to its size.
+#include "sandbox/byte_streams.hpp"
+
+#include <algorithm>
+
+namespace kubesandbox {
+
+namespace asio = boost::asio;
+
+namespace sandbox {
+
+ByteSource exactly(ByteSource source, std::uint64_t size) {
+    struct State {
+        ByteSource source;
+        std::uint64_t size;
+        std::uint64_t given = 0;
+    };
+    auto state = std::make_shared<State>(State{std::move(source), size});
+    return [state]() -> asio::awaitable<Result<std::string_view>> {
+        auto piece = co_await state->source();
+        if (!piece) co_return piece;
+        if (piece->size() > state->size - state->given)
+            co_return fail(errc::invalid_argument,
+                           "the source gave more than the " + std::to_string(state->size) + " bytes announced");
+        if (piece->empty() && state->given < state->size)
+            co_return fail(errc::invalid_argument, "the source ended after " + std::to_string(state->given) + " of " +
+                                                       std::to_string(state->size) + " bytes announced");
+        state->given += piece->size();
+        co_return piece;
+    };
+}
+
+asio::awaitable<Result<std::string>> collect(ByteSource source, std::uint64_t size) {
+    if (size > std::string().max_size()) co_return fail(errc::invalid_argument, "file too large to hold in memory");
+    ByteSource held = exactly(std::move(source), size);
+    std::string all;
+    all.reserve(static_cast<std::size_t>(size));
+    for (;;) {
+        auto piece = co_await held();
+        if (!piece) co_return fail(piece.error());
+        if (piece->empty()) co_return all;
+        all.append(*piece);
+    }
+}
+
+}  // namespace sandbox
+
+asio::awaitable<Result<FileUploadResponse>> Sandbox::upload_from(std::string path, std::uint64_t size,
+                                                                 ByteSource source) {
+    auto content = co_await sandbox::collect(std::move(source), size);
+    if (!content) co_return fail(content.error());
+    std::vector<std::pair<std::string, std::string>> files;
+    files.emplace_back(std::move(path), std::move(*content));
+    auto done = co_await upload_files(std::move(files));
+    if (!done) co_return fail(done.error());
+    if (done->size() != 1) co_return fail(errc::invalid_response, "upload_files gave no response for the file");
+    co_return std::move(done->front());
+}
+
+asio::awaitable<Result<FileDownloadResponse>> Sandbox::download_to(std::string path, ByteSink sink) {
+    std::vector<std::string> paths{std::move(path)};
+    auto done = co_await download_files(std::move(paths));
+    if (!done) co_return fail(done.error());
+    if (done->size() != 1) co_return fail(errc::invalid_response, "download_files gave no response for the file");
+    FileDownloadResponse r = std::move(done->front());
+    if (r.content) {
+        std::string_view rest = *r.content;
+        do {  // an empty file is one empty piece
+            const std::string_view piece = rest.substr(0, 1024 * 1024);
+            if (!co_await sink(piece)) co_return fail(errc::cancelled, "the sink stopped the download of " + r.path);
+            rest.remove_prefix(piece.size());
+        } while (!rest.empty());
+        r.content.reset();
+    }
+    co_return r;
+}
+
+}  // namespace kubesandbox

@@ -1,0 +1,162 @@
+// Sandbox::upload_from and download_to as every sandbox gets them (through upload_files and
+// download_files), the source held to its size, and PolicySandbox in front of both; over a
+// sandbox that keeps its files in memory.
+#include "sandbox/byte_streams.hpp"
+#include "../support/run_test.hpp"
+
+#include <kubesandbox/file_policy.hpp>
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace kubesandbox;
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+// Files in a map; execute answers only the policy's canonical-path question (paths as given).
+class MemorySandbox final : public Sandbox {
+public:
+    const std::string& id() const override { return id_; }
+    asio::awaitable<Result<ExecuteResponse>> execute(std::string, std::optional<std::chrono::seconds>) override {
+        co_return fail(errc::unsupported, "no commands here");
+    }
+    asio::awaitable<Result<std::vector<FileUploadResponse>>> upload_files(
+        std::vector<std::pair<std::string, std::string>> files) override {
+        std::vector<FileUploadResponse> out;
+        for (auto& [path, content] : files) {
+            out.push_back({path, std::nullopt});
+            files_[path] = std::move(content);
+        }
+        co_return out;
+    }
+    asio::awaitable<Result<std::vector<FileDownloadResponse>>> download_files(std::vector<std::string> paths) override {
+        std::vector<FileDownloadResponse> out;
+        for (auto& p : paths) {
+            auto it = files_.find(p);
+            if (it == files_.end()) out.push_back({p, std::nullopt, file_error::file_not_found});
+            else out.push_back({p, it->second, std::nullopt});
+        }
+        co_return out;
+    }
+    std::map<std::string, std::string> files_;
+
+private:
+    std::string id_{"memory/1"};
+};
+
+// Gives `text` in pieces of 1, 2, 3, ... bytes.
+ByteSource pieces_of(std::string text) {
+    auto state = std::make_shared<std::pair<std::string, std::size_t>>(std::move(text), 0);
+    auto size = std::make_shared<std::size_t>(1);
+    return [state, size]() -> asio::awaitable<Result<std::string_view>> {
+        auto& [all, at] = *state;
+        std::string_view piece = std::string_view(all).substr(at, (*size)++);
+        at += piece.size();
+        co_return piece;
+    };
+}
+
+template <class Body>
+void run(Body body) {
+    asio::io_context io;
+    kubesandbox::test::run_coroutine_test(io, body, 10s);
+}
+
+TEST(ByteStreams, ASourceIsHeldToItsSize) {
+    run([]() -> asio::awaitable<void> {
+        auto exact = co_await sandbox::collect(pieces_of("hello, world"), 12);
+        EXPECT_TRUE(exact && *exact == "hello, world");
+        auto empty = co_await sandbox::collect(pieces_of(""), 0);
+        EXPECT_TRUE(empty && empty->empty());
+        auto short_one = co_await sandbox::collect(pieces_of("hello"), 6);
+        EXPECT_TRUE(!short_one && short_one.error().is(errc::invalid_argument));
+        auto long_one = co_await sandbox::collect(pieces_of("hello, world"), 11);
+        EXPECT_TRUE(!long_one && long_one.error().is(errc::invalid_argument));
+        ByteSource broken = []() -> asio::awaitable<Result<std::string_view>> {
+            co_return fail(errc::io_error, "disk gone");
+        };
+        auto failed = co_await sandbox::collect(broken, 3);
+        EXPECT_TRUE(!failed && failed.error().is(errc::io_error));
+    });
+}
+
+TEST(ByteStreams, EverySandboxStreamsThroughItsFileCalls) {
+    run([]() -> asio::awaitable<void> {
+        MemorySandbox box;
+        std::string big(3 * 1024 * 1024 + 5, '\0');
+        for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+        auto up = co_await box.upload_from("/big", big.size(), pieces_of(big));
+        EXPECT_TRUE(up && !up->error && up->path == "/big");
+        EXPECT_TRUE(box.files_["/big"] == big);
+
+        std::string got;
+        int calls = 0;
+        ByteSink keep = [&](std::string_view data) -> asio::awaitable<bool> {
+            ++calls;
+            got.append(data);
+            co_return true;
+        };
+        auto down = co_await box.download_to("/big", keep);
+        EXPECT_TRUE(down && !down->error && !down->content);
+        EXPECT_TRUE(got == big);
+        EXPECT_EQ(calls, 4);  // in pieces of a MiB
+
+        EXPECT_TRUE(co_await box.upload_from("/empty", 0, pieces_of("")));
+        got.clear();
+        calls = 0;
+        auto empty = co_await box.download_to("/empty", keep);
+        EXPECT_TRUE(empty && !empty->error && got.empty() && calls == 1);
+
+        auto missing = co_await box.download_to("/missing", keep);
+        EXPECT_TRUE(missing && missing->error == file_error::file_not_found);
+
+        ByteSink stop = [](std::string_view) -> asio::awaitable<bool> { co_return false; };
+        auto stopped = co_await box.download_to("/big", stop);
+        EXPECT_TRUE(!stopped && stopped.error().is(errc::cancelled));
+
+        // A short source writes nothing.
+        auto short_one = co_await box.upload_from("/short", 10, pieces_of("12345"));
+        EXPECT_FALSE(short_one);
+        EXPECT_EQ(box.files_.count("/short"), 0u);
+    });
+}
+
+TEST(ByteStreams, APolicyStandsInFrontOfStreamsToo) {
+    run([]() -> asio::awaitable<void> {
+        auto box = std::make_shared<MemorySandbox>();
+        FilePolicy policy;
+        policy.allow_prefixes = {"/workspace"};
+        policy.resolve_symlinks = false;
+        std::vector<std::string> audited;
+        policy.audit = [&](const AuditEvent& e) -> Result<void> {
+            audited.push_back(e.operation + " " + e.target);
+            return {};
+        };
+        PolicySandbox guarded(box, policy);
+        auto denied = co_await guarded.upload_from("/etc/x", 3, pieces_of("abc"));
+        EXPECT_TRUE(denied && denied->error == file_error::permission_denied && denied->path == "/etc/x");
+        EXPECT_TRUE(box->files_.empty());
+        // Written where the check looked.
+        auto allowed = co_await guarded.upload_from("/workspace/a/../b", 3, pieces_of("abc"));
+        EXPECT_TRUE(allowed && !allowed->error && allowed->path == "/workspace/a/../b");
+        EXPECT_EQ(box->files_["/workspace/b"], "abc");
+        std::string got;
+        auto down = co_await guarded.download_to("/workspace/b", [&](std::string_view d) -> asio::awaitable<bool> {
+            got.append(d);
+            co_return true;
+        });
+        EXPECT_TRUE(down && !down->error && got == "abc");
+        EXPECT_EQ(audited,
+                  (std::vector<std::string>{"upload /etc/x", "upload /workspace/a/../b", "download /workspace/b"}));
+    });
+}
+
+}  // namespace
