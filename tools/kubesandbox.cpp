@@ -4,6 +4,7 @@
 // Exit codes: 0 ok, 1 error (typed error named on stderr), 2 usage; `exec` returns the command's.
 #include "agent_connection.hpp"
 #include "cli_args.hpp"
+#include "copy_command.hpp"
 #include "file_commands.hpp"
 
 #include <kubesandbox/agent_sandbox_provider.hpp>
@@ -30,7 +31,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -270,43 +270,15 @@ asio::awaitable<int> run_command(SandboxProvider& provider, const ModeInfo& mode
         if (src.has_value() == dst.has_value()) throw UsageError{"cp: exactly one side must be ID:/absolute/path"};
         auto sb = co_await provider.reconnect(src ? src->first : dst->first);
         if (!sb) co_return report(sb.error());
-        json::object out;
-        if (dst) {
-            auto data = cli::read_local_file(a.rest[0]);
-            if (!data) {
-                std::cerr << "kubesandbox: error: cannot read " << a.rest[0] << "\n";
-                co_return 1;
-            }
-            std::vector<std::pair<std::string, std::string>> files;
-            files.emplace_back(dst->second, std::move(*data));
-            auto r = co_await (*sb)->upload_files(std::move(files));
-            if (!r) co_return report(r.error());
-            if (r->size() != 1 || (*r)[0].error) {
-                std::string why = r->empty() ? "no result" : (*(*r)[0].error);
-                std::cerr << "kubesandbox: error: upload " << dst->second << ": " << why << "\n";
-                co_return 1;
-            }
-            out["path"] = dst->second;
-            out["error"] = nullptr;
-        } else {
-            std::vector<std::string> paths{src->second};
-            auto r = co_await (*sb)->download_files(std::move(paths));
-            if (!r) co_return report(r.error());
-            if (r->size() != 1 || (*r)[0].error || !(*r)[0].content) {
-                std::string why = (r->empty() || !(*r)[0].error) ? "no content" : (*(*r)[0].error);
-                std::cerr << "kubesandbox: error: download " << src->second << ": " << why << "\n";
-                co_return 1;
-            }
-            std::ofstream f(a.rest[1], std::ios::binary | std::ios::trunc);
-            f.write((*r)[0].content->data(), static_cast<std::streamsize>((*r)[0].content->size()));
-            f.close();
-            if (!f) {
-                std::cerr << "kubesandbox: error: cannot write " << a.rest[1] << "\n";
-                co_return 1;
-            }
-            out["path"] = src->second;
-            out["error"] = nullptr;
+        auto failed = dst ? co_await cli::copy_in(**sb, a.rest[0], dst->second)
+                          : co_await cli::copy_out(**sb, src->second, a.rest[1]);
+        if (failed) {
+            std::cerr << "kubesandbox: error: " << *failed << "\n";
+            co_return 1;
         }
+        json::object out;
+        out["path"] = dst ? dst->second : src->second;
+        out["error"] = nullptr;
         if (a.json) print_json(out);
         co_return 0;
     }

@@ -89,6 +89,31 @@ K cp "cli test/1:/workspace/sub dir/in.bin" "$TMP/out.bin"; rc=$?
 [[ $rc == 0 ]] && cmp -s "$TMP/in.bin" "$TMP/out.bin" && pass "cp download byte-exact" || fail "cp download (rc $rc)"
 K cp "cli test/1:/workspace/missing" "$TMP/x" 2>"$TMP/cp.err"; rc=$?
 [[ $rc == 1 ]] && grep -q file_not_found "$TMP/cp.err" && pass "cp missing file" || fail "cp missing file (rc $rc)"
+# A failed download leaves the local file as it was, and nothing beside it.
+echo keep >"$TMP/kept"
+K cp "cli test/1:/workspace/missing" "$TMP/kept" 2>/dev/null; rc=$?
+[[ $rc == 1 && $(cat "$TMP/kept") == keep && -z $(ls "$TMP" | grep ksb-partial) ]] \
+    && pass "cp: a failed download keeps the local file" || fail "cp failed download (rc $rc, '$(cat "$TMP/kept")')"
+# cp streams: 200 MB each way byte-exact, the CLI's peak memory within 64 MiB of its peak for
+# `exec true` (measured above).
+measure_cp() {
+    ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=8" timeout 300 /usr/bin/python3 - "$KSB" cp "$@" <<'PY'
+import resource, subprocess, sys
+rc = subprocess.call(sys.argv[1:])
+print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+PY
+}
+yes 'fedcba9876543210' | head -c 209715200 >"$TMP/big.in"
+read -r up_rc up_rss_mib <<<"$(measure_cp "$TMP/big.in" "cli test/1:/workspace/big.bin")"
+read -r down_rc down_rss_mib <<<"$(measure_cp "cli test/1:/workspace/big.bin" "$TMP/big.out")"
+if [[ $up_rc == 0 && $down_rc == 0 && -n ${base_rss_mib:-} && $((${up_rss_mib:-9999} - base_rss_mib)) -lt 64 &&
+      $((${down_rss_mib:-9999} - base_rss_mib)) -lt 64 ]] && cmp -s "$TMP/big.in" "$TMP/big.out"; then
+    pass "cp streams 200 MB each way byte-exact, peak ${up_rss_mib} / ${down_rss_mib} MiB (${base_rss_mib} MiB for exec true)"
+else
+    fail "cp streaming (rc ${up_rc:-?}/${down_rc:-?}, peak ${up_rss_mib:-?}/${down_rss_mib:-?} MiB vs ${base_rss_mib:-?})"
+fi
+rm -f "$TMP/big.in" "$TMP/big.out"
+K exec "cli test/1" -- rm -f /workspace/big.bin
 
 # file commands: DeepAgents renderings, --json with its field names, exit 1 on a result error
 printf 'alpha\nneedle one\r\n' | K write "cli test/1" "/workspace/f dir/a.txt"; rc=$?

@@ -1,0 +1,21 @@
+// The CLI's `cp`: a local file into a sandbox or out of it, streamed in pieces, so a file of any
+// size costs the same memory.
+#pragma once
+
+#include <kubesandbox/sandbox.hpp>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <optional>
+#include <string>
+
+namespace kubesandbox::cli {
+
+// What went wrong, ready to print after "kubesandbox: error: "; nothing on success.
+// copy_out writes beside `local` and renames at the end: a failed copy leaves `local` as it was.
+boost::asio::awaitable<std::optional<std::string>> copy_in(Sandbox& sandbox, const std::string& local,
+                                                           const std::string& remote);
+boost::asio::awaitable<std::optional<std::string>> copy_out(Sandbox& sandbox, const std::string& remote,
+                                                            const std::string& local);
+
+}  // namespace kubesandbox::cli
