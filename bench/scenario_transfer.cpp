@@ -1,5 +1,6 @@
-// Scenario 12: a file of throughput_bytes up and down through PodExecSandbox, against `kubectl
-// cp` (a tar stream over the same exec protocol) on the same pod in the same run.
+// Scenario 12: a file of throughput_bytes up and down through PodExecSandbox, whole
+// (upload_files/download_files) and streamed (upload_from/download_to), against `kubectl cp` (a
+// tar stream over the same exec protocol) on the same pod in the same run.
 #include "support.hpp"
 
 #include <kubesandbox/kube_client.hpp>
@@ -43,6 +44,7 @@ std::string payload(long long n) {
 // and writes a local file, which the page cache holds at this size.
 struct Timing {
     std::vector<double> up, down, up_cpu, down_cpu;
+    std::vector<double> stream_up, stream_down, stream_up_cpu, stream_down_cpu;  // upload_from, download_to
 };
 
 }  // namespace
@@ -95,6 +97,39 @@ void scenario_transfer(asio::io_context& io, LocalCluster& cluster, const Env& e
                     failures.push_back("download: the bytes that came back differ from the upload");
                     co_return;
                 }
+                // The same file streamed: from memory in MiB pieces, into a sink that compares.
+                std::size_t at = 0;
+                ByteSource source = [&]() -> asio::awaitable<Result<std::string_view>> {
+                    std::string_view piece = std::string_view(data).substr(at, 1 << 20);
+                    at += piece.size();
+                    co_return piece;
+                };
+                c0 = thread_cpu();
+                t0 = Clock::now();
+                auto streamed_up = co_await sb->upload_from(remote, data.size(), source);
+                ours.stream_up.push_back(seconds_since(t0));
+                ours.stream_up_cpu.push_back(thread_cpu() - c0);
+                if (!streamed_up || streamed_up->error) {
+                    failures.push_back("upload_from: " + (streamed_up ? streamed_up->error.value_or("?")
+                                                                      : streamed_up.error().describe()));
+                    co_return;
+                }
+                std::size_t compared = 0;
+                bool same = true;
+                ByteSink sink = [&](std::string_view piece) -> asio::awaitable<bool> {
+                    same = same && std::string_view(data).substr(compared, piece.size()) == piece;
+                    compared += piece.size();
+                    co_return true;
+                };
+                c0 = thread_cpu();
+                t0 = Clock::now();
+                auto streamed_down = co_await sb->download_to(remote, sink);
+                ours.stream_down.push_back(seconds_since(t0));
+                ours.stream_down_cpu.push_back(thread_cpu() - c0);
+                if (!streamed_down || streamed_down->error || !same || compared != data.size()) {
+                    failures.push_back("download_to: the bytes that came back differ from the upload");
+                    co_return;
+                }
             }
         },
         1800s, "upload and download");
@@ -104,8 +139,12 @@ void scenario_transfer(asio::io_context& io, LocalCluster& cluster, const Env& e
     Row down = throughput_row(name, "PodExecSandbox::download_files", ours.down, static_cast<double>(bytes));
     Row up_cpu = latency_row(name, "client CPU per run: upload_files", ours.up_cpu);
     Row down_cpu = latency_row(name, "client CPU per run: download_files", ours.down_cpu);
-    if (!env.kubectl || ours.down.size() != static_cast<std::size_t>(sz.throughput_reps)) {
-        for (auto* r : {&up, &down, &up_cpu, &down_cpu}) rows.push_back(*r);
+    Row s_up = throughput_row(name, "PodExecSandbox::upload_from", ours.stream_up, static_cast<double>(bytes));
+    Row s_down = throughput_row(name, "PodExecSandbox::download_to", ours.stream_down, static_cast<double>(bytes));
+    Row s_up_cpu = latency_row(name, "client CPU per run: upload_from", ours.stream_up_cpu);
+    Row s_down_cpu = latency_row(name, "client CPU per run: download_to", ours.stream_down_cpu);
+    if (!env.kubectl || ours.stream_down.size() != static_cast<std::size_t>(sz.throughput_reps)) {
+        for (auto* r : {&up, &down, &up_cpu, &down_cpu, &s_up, &s_down, &s_up_cpu, &s_down_cpu}) rows.push_back(*r);
     } else {
         const auto dir =
             std::filesystem::temp_directory_path() / ("kubesandbox-bench-cp-" + std::to_string(::getpid()));
@@ -139,8 +178,13 @@ void scenario_transfer(asio::io_context& io, LocalCluster& cluster, const Env& e
             compare_to_peer(down, peer_down, "kubectl cp");
             compare_to_peer(up_cpu, peer_up_cpu, "kubectl cp", true);
             compare_to_peer(down_cpu, peer_down_cpu, "kubectl cp", true);
+            compare_to_peer(s_up, peer_up, "kubectl cp");
+            compare_to_peer(s_down, peer_down, "kubectl cp");
+            compare_to_peer(s_up_cpu, peer_up_cpu, "kubectl cp", true);
+            compare_to_peer(s_down_cpu, peer_down_cpu, "kubectl cp", true);
         }
-        for (auto* r : {&up, &peer_up, &down, &peer_down, &up_cpu, &peer_up_cpu, &down_cpu, &peer_down_cpu})
+        for (auto* r : {&up, &s_up, &peer_up, &down, &s_down, &peer_down, &up_cpu, &s_up_cpu, &peer_up_cpu, &down_cpu,
+                        &s_down_cpu, &peer_down_cpu})
             rows.push_back(*r);
     }
     run_on(
