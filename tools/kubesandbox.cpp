@@ -270,8 +270,10 @@ asio::awaitable<int> run_command(SandboxProvider& provider, const ModeInfo& mode
         if (src.has_value() == dst.has_value()) throw UsageError{"cp: exactly one side must be ID:/absolute/path"};
         auto sb = co_await provider.reconnect(src ? src->first : dst->first);
         if (!sb) co_return report(sb.error());
-        auto failed = dst ? co_await cli::copy_in(**sb, a.rest[0], dst->second)
-                          : co_await cli::copy_out(**sb, src->second, a.rest[1]);
+        // Not a conditional expression: g++ 12 ends a co_await's result early there.
+        std::optional<std::string> failed;
+        if (dst) failed = co_await cli::copy_in(**sb, a.rest[0], dst->second);
+        else failed = co_await cli::copy_out(**sb, src->second, a.rest[1]);
         if (failed) {
             std::cerr << "kubesandbox: error: " << *failed << "\n";
             co_return 1;
