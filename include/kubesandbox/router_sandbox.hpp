@@ -50,6 +50,8 @@ public:
         std::vector<std::pair<std::string, std::string>> files) override;
     boost::asio::awaitable<Result<std::vector<FileDownloadResponse>>> download_files(
         std::vector<std::string> paths) override;
+    // Streamed below base_dir; upload_from and other paths hold the file (Sandbox's default).
+    boost::asio::awaitable<Result<FileDownloadResponse>> download_to(std::string path, ByteSink sink) override;
 
     struct Internals;
 

@@ -191,7 +191,8 @@ private:
                 boost::system::error_code ec;
                 std::size_t used = parser.put(conn.buffer.data(), ec);
                 conn.buffer.consume(used);
-                if (parser.refused_by_sink()) co_return tl::unexpected(Failure{Received::refused});
+                if (parser.refused_by_sink() || (sink.drains() && !co_await sink.drain()))
+                    co_return tl::unexpected(Failure{Received::refused});
                 if (ec && ec != http::error::need_more) co_return tl::unexpected(Failure{Received::garbled});
                 if (parser.is_done()) co_return Response{parser.status(), parser.keep_alive()};
                 if (!ec && used != 0) continue;

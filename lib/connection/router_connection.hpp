@@ -36,6 +36,11 @@ public:
     virtual ~ResponseSink() = default;
     virtual void on_head(unsigned status, std::string_view content_type) = 0;
     virtual bool on_body(std::string_view chunk) = 0;
+    // A sink that hands the body on asynchronously says so: drain() is then awaited after each
+    // read's pieces went to on_body, before more is read (false stops the transfer), so what it
+    // holds stays within one read.
+    virtual bool drains() const { return false; }
+    virtual boost::asio::awaitable<bool> drain() { co_return true; }
 };
 
 struct RouterConnection::Impl {

@@ -66,6 +66,32 @@ private:
     std::size_t cap_;
 };
 
+// A download's body handed to a ByteSink as it arrives, a read at a time; any other answer's
+// body is dropped (the command that follows tells what went wrong).
+class StreamingSink final : public ResponseSink {
+public:
+    explicit StreamingSink(ByteSink& to) : to_(to) {}
+    void on_head(unsigned s, std::string_view) override { status = s; }
+    bool on_body(std::string_view chunk) override {
+        if (status == 200) pending_.append(chunk);
+        return true;
+    }
+    bool drains() const override { return true; }
+    asio::awaitable<bool> drain() override {
+        if (pending_.empty()) co_return true;
+        const bool go = co_await to_(pending_);
+        pending_.clear();
+        stopped = stopped || !go;
+        co_return go;
+    }
+    unsigned status = 0;
+    bool stopped = false;
+
+private:
+    ByteSink& to_;
+    std::string pending_;
+};
+
 // The "detail" or "message" of an error body, else its start.
 std::string error_text(std::string_view body) {
     boost::system::error_code ec;
@@ -333,6 +359,26 @@ asio::awaitable<Result<std::vector<FileDownloadResponse>>> RouterSandbox::downlo
     }
     if (options_.on_activity && !paths.empty()) options_.on_activity();
     co_return out;
+}
+
+// Below base_dir, GET /download straight into the sink; elsewhere, and for a download the
+// runtime refused (missing, a directory, a link out of the base), as download_files does it.
+asio::awaitable<Result<FileDownloadResponse>> RouterSandbox::download_to(std::string path, ByteSink sink) {
+    auto name = is_absolute_clean_path(path) ? rp::runtime_relative_name(options_.base_dir, path) : std::nullopt;
+    if (name) {
+        RouterRequest request;
+        request.method = "GET";
+        request.target = "/download/" + rp::quote_segment(*name);
+        Internals::add_headers(request, *this, std::nullopt, "");
+        request.replay_safe = true;  // only when nothing came back
+        const auto limit = options_.default_timeout.count() > 0 ? options_.default_timeout : std::chrono::hours(24);
+        StreamingSink streaming(sink);
+        auto status = co_await connection_->impl().send(std::move(request), steady_clock::now() + limit, streaming);
+        if (!status && streaming.stopped) co_return fail(errc::cancelled, "the sink stopped the download of " + path);
+        if (!status) co_return fail(status.error());
+        if (*status == 200) co_return FileDownloadResponse{std::move(path), std::nullopt, std::nullopt};
+    }
+    co_return co_await Sandbox::download_to(std::move(path), std::move(sink));
 }
 
 }  // namespace kubesandbox

@@ -214,6 +214,40 @@ TEST_F(RouterSandboxTest, TransfersInsideAndOutsideTheRuntimeBase) {
         EXPECT_EQ((*down)[n + 4].error, "file_not_found");
         EXPECT_TRUE((*down)[n + 5].content == big) << "a symlink out of the base is followed, as raw mode does";
         EXPECT_EQ((*down)[n + 6].error, "invalid_path");
+
+        // One file into a sink: below the base as the body arrives, elsewhere through commands.
+        std::string got;
+        int pieces = 0;
+        ByteSink keep = [&](std::string_view data) -> asio::awaitable<bool> {
+            ++pieces;
+            got.append(data);
+            co_return true;
+        };
+        auto streamed = co_await sb->download_to("/app/big.dat", keep);
+        EXPECT_TRUE(streamed && !streamed->error && !streamed->content);
+        EXPECT_TRUE(got == big);
+        EXPECT_GT(pieces, 1);
+        got.clear();
+        auto outside = co_await sb->download_to("/tmp/big.dat", keep);
+        EXPECT_TRUE(outside && !outside->error && got == big);
+        auto missing = co_await sb->download_to("/app/missing", keep);
+        EXPECT_TRUE(missing && missing->error == file_error::file_not_found);
+        ByteSink stop = [](std::string_view) -> asio::awaitable<bool> { co_return false; };
+        auto stopped = co_await sb->download_to("/app/big.dat", stop);
+        EXPECT_TRUE(!stopped && stopped.error().is(errc::cancelled));
+        auto again = co_await sb->execute("echo still");
+        EXPECT_TRUE(again && again->output == "still\n");
+        std::size_t at = 0;
+        ByteSource source = [&]() -> asio::awaitable<Result<std::string_view>> {
+            std::string_view piece = std::string_view(binary).substr(at, 100);
+            at += piece.size();
+            co_return piece;
+        };
+        auto sent = co_await sb->upload_from("/app/from-source.bin", binary.size(), source);
+        EXPECT_TRUE(sent && !sent->error);
+        got.clear();
+        EXPECT_TRUE(co_await sb->download_to("/app/from-source.bin", keep));
+        EXPECT_TRUE(got == binary);
         co_await remove("rt-files");
     });
 }
