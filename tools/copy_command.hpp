@@ -12,7 +12,8 @@
 namespace kubesandbox::cli {
 
 // What went wrong, ready to print after "kubesandbox: error: "; nothing on success.
-// copy_out writes beside `local` and renames at the end: a failed copy leaves `local` as it was.
+// copy_out writes a file beside `local` and renames it over at the end, so a failed copy leaves
+// `local` as it was (a device or a pipe such as /dev/stdout is written directly).
 boost::asio::awaitable<std::optional<std::string>> copy_in(Sandbox& sandbox, const std::string& local,
                                                            const std::string& remote);
 boost::asio::awaitable<std::optional<std::string>> copy_out(Sandbox& sandbox, const std::string& remote,

@@ -79,11 +79,12 @@ public:
 
     // One file of `size` bytes from `source`, and one file into `sink`, for files too large to
     // hold in memory: per-file errors as upload_files/download_files report them (the download's
-    // content stays unset), and no max_file_bytes. A source that gives more or fewer bytes than
-    // `size` is an invalid_argument error; a sink that stops the download, errc::cancelled. A
-    // failed upload may leave the file partly written, and a failed download may have passed
-    // part of the file to the sink. Not retried. This default holds the file in memory (through
-    // upload_files/download_files); sandboxes that can stream override it.
+    // content stays unset). A source that gives more or fewer bytes than `size` is an
+    // invalid_argument error; a sink that stops the download, errc::cancelled. A failed upload
+    // may leave the file partly written, and a failed download may have passed part of the file
+    // to the sink. Not retried. This default holds the file in memory (through
+    // upload_files/download_files, so their max_file_bytes applies); sandboxes that can stream
+    // override it, and a streamed file has no size limit.
     virtual boost::asio::awaitable<Result<FileUploadResponse>> upload_from(std::string path, std::uint64_t size,
                                                                            ByteSource source);
     virtual boost::asio::awaitable<Result<FileDownloadResponse>> download_to(std::string path, ByteSink sink);

@@ -94,6 +94,18 @@ echo keep >"$TMP/kept"
 K cp "cli test/1:/workspace/missing" "$TMP/kept" 2>/dev/null; rc=$?
 [[ $rc == 1 && $(cat "$TMP/kept") == keep && -z $(ls "$TMP" | grep ksb-partial) ]] \
     && pass "cp: a failed download keeps the local file" || fail "cp failed download (rc $rc, '$(cat "$TMP/kept")')"
+# cp from a pipe, to /dev/stdout, and through a link to a file whose permissions stay.
+K cp /dev/stdin "cli test/1:/workspace/piped.bin" <"$TMP/in.bin"; rc=$?
+K cp "cli test/1:/workspace/piped.bin" /dev/stdout >"$TMP/piped.out"; rc2=$?
+[[ $rc == 0 && $rc2 == 0 ]] && cmp -s "$TMP/in.bin" "$TMP/piped.out" && pass "cp from a pipe and to /dev/stdout" \
+    || fail "cp pipe/stdout (rc $rc/$rc2)"
+echo old >"$TMP/target.bin" && chmod 600 "$TMP/target.bin" && ln -s target.bin "$TMP/link.bin"
+K cp "cli test/1:/workspace/piped.bin" "$TMP/link.bin"; rc=$?
+if [[ $rc == 0 && -L $TMP/link.bin && $(stat -c %a "$TMP/target.bin") == 600 ]] && cmp -s "$TMP/in.bin" "$TMP/target.bin"; then
+    pass "cp through a link keeps the link and the file's permissions"
+else
+    fail "cp through a link (rc $rc, mode $(stat -c %a "$TMP/target.bin"))"
+fi
 # cp streams: 200 MB each way byte-exact, the CLI's peak memory within 64 MiB of its peak for
 # `exec true` (measured above).
 measure_cp() {
