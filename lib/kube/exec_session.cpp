@@ -147,30 +147,9 @@ asio::awaitable<ReadResult> read_loop(WebSocket& ws, ExecOutcome& out, std::stri
     }
 }
 
-asio::awaitable<std::optional<Error>> write_stdin(WebSocket& ws, const std::string& data, bool v5,
-                                                  const bool& finished) {
-    std::size_t pos = 0;
-    while (pos < data.size() && !finished) {
-        const std::size_t n = std::min(max_stdin_message, data.size() - pos);
-        // The channel byte and the payload as two buffers: the input is not copied once more.
-        static constexpr char stdin_channel = 0;
-        const std::array<asio::const_buffer, 2> msg{asio::buffer(&stdin_channel, 1),
-                                                    asio::buffer(data.data() + pos, n)};
-        auto [ec, written] = co_await ws.async_write(msg, use_tuple);
-        // The command may exit without reading its input: the reader reports the outcome.
-        if (ec) co_return std::nullopt;
-        pos += n;
-    }
-    if (v5 && !finished) {
-        std::string close = proto::encode_close_signal(0);
-        co_await ws.async_write(asio::buffer(close), use_tuple);
-    }
-    co_return std::nullopt;
-}
-
-// write_stdin() for input pulled from `source`. Its error closes the connection (no end of
-// input is sent) and is returned.
-asio::awaitable<std::optional<Error>> write_stdin_from(
+// Sends the input pulled from `source` as stdin messages, then (v5) its end. An error from the
+// source closes the connection (no end of input is sent) and is returned.
+asio::awaitable<std::optional<Error>> write_stdin(
     WebSocket& ws, const std::function<asio::awaitable<Result<std::string_view>>()>& source, bool v5,
     const bool& finished) {
     while (!finished) {
@@ -182,11 +161,13 @@ asio::awaitable<std::optional<Error>> write_stdin_from(
         if (piece->empty()) break;
         while (!piece->empty() && !finished) {
             const std::size_t n = std::min(max_stdin_message, piece->size());
+            // The channel byte and the payload as two buffers: the input is not copied once more.
             static constexpr char stdin_channel = 0;
             const std::array<asio::const_buffer, 2> msg{asio::buffer(&stdin_channel, 1),
                                                         asio::buffer(piece->data(), n)};
             auto [ec, written] = co_await ws.async_write(msg, use_tuple);
-            if (ec) co_return std::nullopt;  // the reader reports the outcome
+            // The command may exit without reading its input: the reader reports the outcome.
+            if (ec) co_return std::nullopt;
             piece->remove_prefix(n);
         }
     }
@@ -238,16 +219,21 @@ asio::awaitable<Result<ExecOutcome>> run_on_strand(std::shared_ptr<KubeClient::I
     std::string status;
     ReadResult read;
     std::optional<Error> source_error;
-    if (target.stdin && options.stdin_source) {
-        auto both = co_await (read_loop(ws, out, status, options, finished) &&
-                              write_stdin_from(ws, options.stdin_source, session->v5, finished));
+    if (target.stdin) {
+        auto source = std::move(options.stdin_source);
+        if (!source) {
+            // The whole input as one piece, then its end.
+            const std::string* input = options.stdin_shared ? options.stdin_shared.get() : &options.stdin_data;
+            source = [input, sent = false]() mutable -> asio::awaitable<Result<std::string_view>> {
+                std::string_view piece = sent ? std::string_view{} : std::string_view{*input};
+                sent = true;
+                co_return piece;
+            };
+        }
+        auto both =
+            co_await (read_loop(ws, out, status, options, finished) && write_stdin(ws, source, session->v5, finished));
         read = std::move(std::get<0>(both));
         source_error = std::move(std::get<1>(both));
-    } else if (target.stdin) {
-        const bool v5 = session->v5;
-        const std::string& input = options.stdin_shared ? *options.stdin_shared : options.stdin_data;
-        auto both = co_await (read_loop(ws, out, status, options, finished) && write_stdin(ws, input, v5, finished));
-        read = std::move(std::get<0>(both));
     } else {
         read = co_await read_loop(ws, out, status, options, finished);
     }

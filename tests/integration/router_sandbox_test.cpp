@@ -2,6 +2,7 @@
 // to a runtime in a real pod (busybox root: no python3, no bash).
 #include <kubesandbox/router_sandbox.hpp>
 
+#include "../support/collected_bytes.hpp"
 #include "../support/local_cluster_fixture.hpp"
 #include "../support/runtime_pod.hpp"
 
@@ -216,21 +217,15 @@ TEST_F(RouterSandboxTest, TransfersInsideAndOutsideTheRuntimeBase) {
         EXPECT_EQ((*down)[n + 6].error, "invalid_path");
 
         // One file into a sink: below the base as the body arrives, elsewhere through commands.
-        std::string got;
-        int pieces = 0;
-        ByteSink keep = [&](std::string_view data) -> asio::awaitable<bool> {
-            ++pieces;
-            got.append(data);
-            co_return true;
-        };
-        auto streamed = co_await sb->download_to("/app/big.dat", keep);
+        test::CollectedBytes got;
+        auto streamed = co_await sb->download_to("/app/big.dat", got.sink());
         EXPECT_TRUE(streamed && !streamed->error && !streamed->content);
-        EXPECT_TRUE(got == big);
-        EXPECT_GT(pieces, 1);
-        got.clear();
-        auto outside = co_await sb->download_to("/tmp/big.dat", keep);
-        EXPECT_TRUE(outside && !outside->error && got == big);
-        auto missing = co_await sb->download_to("/app/missing", keep);
+        EXPECT_TRUE(got.data == big);
+        EXPECT_GT(got.pieces, 1);
+        got.data.clear();
+        auto outside = co_await sb->download_to("/tmp/big.dat", got.sink());
+        EXPECT_TRUE(outside && !outside->error && got.data == big);
+        auto missing = co_await sb->download_to("/app/missing", got.sink());
         EXPECT_TRUE(missing && missing->error == file_error::file_not_found);
         ByteSink stop = [](std::string_view) -> asio::awaitable<bool> { co_return false; };
         auto stopped = co_await sb->download_to("/app/big.dat", stop);
@@ -245,9 +240,9 @@ TEST_F(RouterSandboxTest, TransfersInsideAndOutsideTheRuntimeBase) {
         };
         auto sent = co_await sb->upload_from("/app/from-source.bin", binary.size(), source);
         EXPECT_TRUE(sent && !sent->error);
-        got.clear();
-        EXPECT_TRUE(co_await sb->download_to("/app/from-source.bin", keep));
-        EXPECT_TRUE(got == binary);
+        got.data.clear();
+        EXPECT_TRUE(co_await sb->download_to("/app/from-source.bin", got.sink()));
+        EXPECT_TRUE(got.data == binary);
         co_await remove("rt-files");
     });
 }

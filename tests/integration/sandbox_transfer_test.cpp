@@ -2,6 +2,8 @@
 // close (sandbox_fixture.hpp).
 #include "sandbox_fixture.hpp"
 
+#include "../support/collected_bytes.hpp"
+
 namespace {
 using namespace kubesandbox;
 using namespace kubesandbox::test::sandbox;
@@ -215,31 +217,25 @@ TEST_F(SandboxTest, FilesStreamInAndOutInPieces) {
         const std::string path = "/workspace/streams/big $x 'q'.bin";
         auto up = co_await box.upload_from(path, big->size(), uneven_pieces(big));
         EXPECT_TRUE(up && !up->error && up->path == path) << (up ? up->error.value_or("") : up.error().describe());
-        std::string got;
-        int pieces = 0;
-        ByteSink keep = [&](std::string_view data) -> asio::awaitable<bool> {
-            ++pieces;
-            got.append(data);
-            co_return true;
-        };
-        auto down = co_await box.download_to(path, keep);
+        test::CollectedBytes got;
+        auto down = co_await box.download_to(path, got.sink());
         EXPECT_TRUE(down && !down->error && !down->content)
             << (down ? down->error.value_or("") : down.error().describe());
-        EXPECT_EQ(got.size(), big->size());
-        EXPECT_TRUE(got == *big);
-        EXPECT_GT(pieces, 1);
+        EXPECT_EQ(got.data.size(), big->size());
+        EXPECT_TRUE(got.data == *big);
+        EXPECT_GT(got.pieces, 1);
 
         auto empty = std::make_shared<const std::string>();
         EXPECT_TRUE(co_await box.upload_from("/workspace/streams/empty", 0, uneven_pieces(empty)));
-        got.clear();
-        auto none = co_await box.download_to("/workspace/streams/empty", keep);
-        EXPECT_TRUE(none && !none->error && got.empty());
+        got.data.clear();
+        auto none = co_await box.download_to("/workspace/streams/empty", got.sink());
+        EXPECT_TRUE(none && !none->error && got.data.empty());
 
-        auto missing = co_await box.download_to("/workspace/streams/missing", keep);
+        auto missing = co_await box.download_to("/workspace/streams/missing", got.sink());
         EXPECT_TRUE(missing && missing->error == file_error::file_not_found);
-        auto folder = co_await box.download_to("/workspace/streams", keep);
+        auto folder = co_await box.download_to("/workspace/streams", got.sink());
         EXPECT_TRUE(folder && folder->error == file_error::is_directory);
-        auto relative = co_await box.download_to("streams/x", keep);
+        auto relative = co_await box.download_to("streams/x", got.sink());
         EXPECT_TRUE(relative && relative->error == file_error::invalid_path);
         auto read_only = co_await box.upload_from("/etc/hosts", 3, uneven_pieces(std::make_shared<std::string>("abc")));
         EXPECT_TRUE(read_only && read_only->error == file_error::permission_denied);

@@ -2,6 +2,7 @@
 // download_files), the source held to its size, and PolicySandbox in front of both; over a
 // sandbox that keeps its files in memory.
 #include "sandbox/byte_streams.hpp"
+#include "../support/collected_bytes.hpp"
 #include "../support/run_test.hpp"
 
 #include <kubesandbox/file_policy.hpp>
@@ -97,25 +98,18 @@ TEST(ByteStreams, EverySandboxStreamsThroughItsFileCalls) {
         EXPECT_TRUE(up && !up->error && up->path == "/big");
         EXPECT_TRUE(box.files_["/big"] == big);
 
-        std::string got;
-        int calls = 0;
-        ByteSink keep = [&](std::string_view data) -> asio::awaitable<bool> {
-            ++calls;
-            got.append(data);
-            co_return true;
-        };
-        auto down = co_await box.download_to("/big", keep);
+        test::CollectedBytes got;
+        auto down = co_await box.download_to("/big", got.sink());
         EXPECT_TRUE(down && !down->error && !down->content);
-        EXPECT_TRUE(got == big);
-        EXPECT_EQ(calls, 4);  // in pieces of a MiB
+        EXPECT_TRUE(got.data == big);
+        EXPECT_EQ(got.pieces, 4);  // in pieces of a MiB
 
         EXPECT_TRUE(co_await box.upload_from("/empty", 0, pieces_of("")));
-        got.clear();
-        calls = 0;
-        auto empty = co_await box.download_to("/empty", keep);
-        EXPECT_TRUE(empty && !empty->error && got.empty() && calls == 1);
+        got = {};
+        auto empty = co_await box.download_to("/empty", got.sink());
+        EXPECT_TRUE(empty && !empty->error && got.data.empty() && got.pieces == 1);
 
-        auto missing = co_await box.download_to("/missing", keep);
+        auto missing = co_await box.download_to("/missing", got.sink());
         EXPECT_TRUE(missing && missing->error == file_error::file_not_found);
 
         ByteSink stop = [](std::string_view) -> asio::awaitable<bool> { co_return false; };
