@@ -34,7 +34,8 @@ std::string request_head(const RouterRequest& request, std::string_view prefix, 
     add_field(head, "User-Agent", "kubesandbox");
     if (!token.empty()) head.append("Authorization: Bearer ").append(token).append("\r\n");
     head.append(request.fields);
-    if (!request.body.empty() || request.method == "POST" || request.method == "PUT" || request.method == "PATCH")
+    if (request.body_source) add_field(head, "Content-Length", std::to_string(request.body_size));
+    else if (!request.body.empty() || request.method == "POST" || request.method == "PUT" || request.method == "PATCH")
         add_field(head, "Content-Length", std::to_string(request.body.size()));
     head.append("\r\n");
     return head;

@@ -56,8 +56,10 @@ public:
             return make_error(errc::connection_closed, what() + when + ": " + ec.message());
         };
 
+        const bool streamed = static_cast<bool>(request.body_source);
         for (int attempt = 0;; ++attempt) {
-            auto idle = take_current_idle();
+            std::optional<net::PooledConnection> idle;
+            if (!streamed) idle = take_current_idle();
             const bool reused = idle.has_value();
             net::PooledConnection conn;
             if (idle) {
@@ -83,14 +85,22 @@ public:
             auto left = deadline - steady_clock::now();
             if (left <= steady_clock::duration::zero()) co_return fail(errc::timeout, what() + ": timed out");
             conn.stream.expires_after(left);
-            // Head and body in one gather write: one syscall, and one segment when they fit.
-            const std::array<asio::const_buffer, 2> out{asio::buffer(head), asio::buffer(request.body)};
-            auto [wec, wn] = co_await asio::async_write(conn.stream, out, tuple_awaitable);
-            if (wec) {
-                conn.stream.close();
-                // A failed write on a reused connection: the server closed it while idle.
-                if (reused && attempt == 0 && steady_clock::now() < deadline) continue;
-                co_return fail(transport_error(wec, ""));
+            if (streamed) {
+                if (auto failed = co_await write_streamed(conn, head, request)) {
+                    conn.stream.close();
+                    co_return fail(failed->source ? std::move(*failed->source)
+                                                  : transport_error(failed->ec, " (sending the body)"));
+                }
+            } else {
+                // Head and body in one gather write: one syscall, and one segment when they fit.
+                const std::array<asio::const_buffer, 2> out{asio::buffer(head), asio::buffer(request.body)};
+                auto [wec, wn] = co_await asio::async_write(conn.stream, out, tuple_awaitable);
+                if (wec) {
+                    conn.stream.close();
+                    // A failed write on a reused connection: the server closed it while idle.
+                    if (reused && attempt == 0 && steady_clock::now() < deadline) continue;
+                    co_return fail(transport_error(wec, ""));
+                }
             }
             auto received = co_await receive(conn, request.method == "HEAD", sink);
             if (!received) {
@@ -166,6 +176,32 @@ private:
             if (!idle || idle->generation == current) return idle;
             idle->stream.close();
         }
+    }
+
+    struct BodyFailure {
+        boost::system::error_code ec{};
+        std::optional<Error> source{};  // the source failed, or gave more or less than body_size
+    };
+
+    // The head, then the body source's pieces as they come.
+    asio::awaitable<std::optional<BodyFailure>> write_streamed(net::PooledConnection& conn, const std::string& head,
+                                                               RouterRequest& request) {
+        auto [hec, hn] = co_await asio::async_write(conn.stream, asio::buffer(head), tuple_awaitable);
+        if (hec) co_return BodyFailure{hec};
+        std::uint64_t left = request.body_size;
+        for (;;) {
+            auto piece = co_await request.body_source();
+            if (!piece) co_return BodyFailure{{}, std::move(piece.error())};
+            if (piece->size() > left)
+                co_return BodyFailure{{}, make_error(errc::invalid_argument, "a request body outgrew its length")};
+            if (piece->empty()) break;
+            left -= piece->size();
+            auto [ec, n] = co_await asio::async_write(conn.stream, asio::buffer(*piece), tuple_awaitable);
+            if (ec) co_return BodyFailure{ec};
+        }
+        if (left != 0)
+            co_return BodyFailure{{}, make_error(errc::invalid_argument, "a request body ended short of its length")};
+        co_return std::nullopt;
     }
 
     struct Response {

@@ -5,10 +5,12 @@
 
 #include <kubesandbox/error.hpp>
 #include <kubesandbox/router_sandbox.hpp>
+#include <kubesandbox/sandbox.hpp>
 
 #include <boost/asio/awaitable.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -21,6 +23,12 @@ struct RouterRequest {
     std::string target{};  // path and query, below the connection's URL prefix
     std::string fields{};  // header lines, "Name: value\r\n" each, written by add_header
     std::string body{};
+    // Instead of `body` when set: exactly body_size bytes pulled piece by piece (each valid until
+    // the next call, an empty piece at the end). Such a body can be sent once only, so it goes
+    // out on a connection opened for it (a reused one may have been closed while idle) and is
+    // never replayed; the source's own error is returned as it is.
+    ByteSource body_source{};
+    std::uint64_t body_size{0};
     bool replay_safe{false};  // may be sent again on a fresh connection after a stale reuse
     bool bad_field{false};    // add_header refused a field: the request is never sent
 

@@ -31,6 +31,62 @@ ByteSource exactly(ByteSource source, std::uint64_t size) {
     };
 }
 
+ByteSource regrouped(ByteSource source, std::size_t piece_bytes) {
+    struct State {
+        ByteSource source;
+        std::size_t piece_bytes;
+        std::string piece{};
+        std::string_view pending{};  // the rest of the source's last piece
+        bool ended = false;
+    };
+    auto state = std::make_shared<State>(State{std::move(source), std::max<std::size_t>(piece_bytes, 1)});
+    return [state]() -> asio::awaitable<Result<std::string_view>> {
+        State& s = *state;
+        s.piece.clear();
+        while (s.piece.size() < s.piece_bytes && !s.ended) {
+            if (s.pending.empty()) {
+                auto next = co_await s.source();
+                if (!next) co_return fail(next.error());
+                if (next->empty()) {
+                    s.ended = true;
+                    break;
+                }
+                s.pending = *next;
+            }
+            const std::size_t take = std::min(s.pending.size(), s.piece_bytes - s.piece.size());
+            s.piece.append(s.pending.substr(0, take));
+            s.pending.remove_prefix(take);
+        }
+        co_return std::string_view(s.piece);
+    };
+}
+
+ByteSource framed(std::string before, ByteSource source, std::string after) {
+    struct State {
+        std::string before, after;
+        ByteSource source;
+        int stage = 0;  // 0: before, 1: the source, 2: after, 3: ended
+    };
+    auto state = std::make_shared<State>(State{std::move(before), std::move(after), std::move(source)});
+    return [state]() -> asio::awaitable<Result<std::string_view>> {
+        State& s = *state;
+        if (s.stage == 0) {
+            s.stage = 1;
+            if (!s.before.empty()) co_return std::string_view(s.before);
+        }
+        if (s.stage == 1) {
+            auto piece = co_await s.source();
+            if (!piece || !piece->empty()) co_return piece;
+            s.stage = 2;
+        }
+        if (s.stage == 2) {
+            s.stage = 3;
+            if (!s.after.empty()) co_return std::string_view(s.after);
+        }
+        co_return std::string_view{};
+    };
+}
+
 asio::awaitable<Result<std::string>> collect(ByteSource source, std::uint64_t size) {
     if (size > std::string().max_size()) co_return fail(errc::invalid_argument, "file too large to hold in memory");
     ByteSource held = exactly(std::move(source), size);

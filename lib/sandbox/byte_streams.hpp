@@ -14,6 +14,14 @@ namespace kubesandbox::sandbox {
 // invalid_argument error (so a writer that counts on `size` never gets a wrong file quietly).
 ByteSource exactly(ByteSource source, std::uint64_t size);
 
+// `source` in pieces of `piece_bytes` (the last one shorter), for writers that send a fixed
+// amount at a time; an empty source gives one empty piece.
+ByteSource regrouped(ByteSource source, std::size_t piece_bytes);
+
+// `before`, then `source`'s pieces, then `after`: a file inside the framing a protocol puts
+// around it.
+ByteSource framed(std::string before, ByteSource source, std::string after);
+
 // All of `source` (held to `size`) in one string.
 boost::asio::awaitable<Result<std::string>> collect(ByteSource source, std::uint64_t size);
 

@@ -3,6 +3,7 @@
 
 #include "connection/router_connection.hpp"
 #include "proto/kubeconfig.hpp"
+#include "sandbox/byte_streams.hpp"
 #include "sandbox/runtime_protocol.hpp"
 #include "sandbox/transfer_status.hpp"
 #include "util/random.hpp"
@@ -18,6 +19,9 @@ using std::chrono::steady_clock;
 namespace {
 
 constexpr std::size_t max_error_body = 4096;
+// upload_from holds a file up to this size and sends it in one request; a larger one streams,
+// after an empty upload to the same name (one more round trip).
+constexpr std::uint64_t streamed_upload_min_bytes = 1024 * 1024;
 
 // What a command run through /execute produced.
 struct RunOutcome {
@@ -125,6 +129,13 @@ Error status_error(unsigned status, std::string_view body, const std::string& wh
     }
 }
 
+// The per-file error of a transfer command: the runtime's own failure, or the script's.
+std::optional<std::string> command_file_error(const RunOutcome& ran) {
+    if (auto failure = rp::runtime_failure(ran.stderr_text, ran.exit_code); !failure.empty())
+        return "transfer failed: " + failure;
+    return transfer_error(ran.exit_code, ran.stderr_text);
+}
+
 ExecuteResponse timed_out_response(std::int64_t seconds) {
     ExecuteResponse r;
     r.output = "Command timed out after " + std::to_string(seconds) + " seconds";
@@ -178,53 +189,81 @@ struct RouterSandbox::Internals {
         co_return out;
     }
 
+    static RouterRequest upload_request(const RouterSandbox& self, std::string_view content_type) {
+        RouterRequest request;
+        request.method = "POST";
+        request.target = "/upload";
+        add_headers(request, self, std::nullopt, content_type);
+        return request;
+    }
+
+    static std::string new_boundary() { return "kubesandbox-" + util::random_hex(12); }
+
+    // Transfers get a minute plus a second per MiB.
+    static steady_clock::time_point transfer_deadline(std::uint64_t bytes) {
+        return steady_clock::now() + std::chrono::seconds(60 + bytes / (1024 * 1024));
+    }
+
+    // `data` as the file `name` below the base in one POST /upload: the runtime's status.
+    static asio::awaitable<Result<unsigned>> post_upload(RouterSandbox& self, const std::string& name,
+                                                         std::string_view data, steady_clock::time_point deadline) {
+        auto multipart = rp::multipart_file(name, data, new_boundary());
+        RouterRequest request = upload_request(self, multipart.content_type);
+        request.body = std::move(multipart.body);
+        request.replay_safe = true;  // the same bytes to the same file
+        BytesSink sink(max_error_body);
+        co_return co_await self.connection_->impl().send(std::move(request), deadline, sink);
+    }
+
+    // `path` written by commands (sh + base64 through /execute), a piece from `pieces` at a time
+    // (at most upload_piece_bytes, an empty one at the end): for paths the runtime does not
+    // write, with raw mode's per-file errors, and through a link out of the base as raw mode does.
+    static asio::awaitable<Result<FileUploadResponse>> upload_by_commands(RouterSandbox& self, std::string path,
+                                                                          steady_clock::time_point deadline,
+                                                                          const ByteSource& pieces) {
+        FileUploadResponse r{std::move(path), std::nullopt};
+        for (bool first = true;; first = false) {
+            auto piece = co_await pieces();
+            if (!piece) co_return fail(piece.error());
+            if (piece->empty() && !first) co_return r;  // an empty file still takes its one command
+            auto ran = co_await run(self, rp::execute_body(rp::upload_piece_argv(r.path, *piece, first)), deadline,
+                                    std::nullopt, 4096);
+            if (!ran) co_return fail(ran.error());
+            if (auto e = command_file_error(*ran)) {
+                r.error = std::move(e);
+                co_return r;
+            }
+            if (piece->empty()) co_return r;
+        }
+    }
+
+    // limit_size: apply max_file_bytes (upload_files does; a streamed upload does not).
     static asio::awaitable<Result<FileUploadResponse>> upload_one(RouterSandbox& self, std::string path,
-                                                                  const std::string& data) {
+                                                                  const std::string& data, bool limit_size) {
         FileUploadResponse r{path, std::nullopt};
         if (!is_absolute_clean_path(path)) {
             r.error = file_error::invalid_path;
             co_return r;
         }
-        if (data.size() > self.options_.max_file_bytes) {
+        if (limit_size && data.size() > self.options_.max_file_bytes) {
             r.error = file_error::file_too_large;
             co_return r;
         }
-        // Transfers get a minute plus a second per MiB.
-        auto deadline = steady_clock::now() + std::chrono::seconds(60 + data.size() / (1024 * 1024));
+        auto deadline = transfer_deadline(data.size());
         if (auto name = rp::runtime_relative_name(self.options_.base_dir, path)) {
-            RouterRequest request;
-            request.method = "POST";
-            request.target = "/upload";
-            auto multipart = rp::multipart_file(*name, data, "kubesandbox-" + util::random_hex(12));
-            add_headers(request, self, std::nullopt, multipart.content_type);
-            request.body = std::move(multipart.body);
-            request.replay_safe = true;  // the same bytes to the same file
-            BytesSink sink(max_error_body);
-            auto status = co_await self.connection_->impl().send(std::move(request), deadline, sink);
+            auto status = co_await post_upload(self, *name, data, deadline);
             if (!status) co_return fail(status.error());
             if (*status == 200) co_return r;
             // 403 (a symlink out of the base), 500 (a directory, no permission): the commands
             // below tell which, or write through the link as raw mode would.
         }
         std::size_t offset = 0;
-        bool first = true;
-        do {
+        ByteSource pieces = [&]() -> asio::awaitable<Result<std::string_view>> {
             std::string_view piece = std::string_view(data).substr(offset, rp::upload_piece_bytes);
-            auto ran = co_await run(self, rp::execute_body(rp::upload_piece_argv(path, piece, first)), deadline,
-                                    std::nullopt, 4096);
-            if (!ran) co_return fail(ran.error());
-            if (auto failure = rp::runtime_failure(ran->stderr_text, ran->exit_code); !failure.empty()) {
-                r.error = "transfer failed: " + failure;
-                co_return r;
-            }
-            if (auto e = transfer_error(ran->exit_code, ran->stderr_text)) {
-                r.error = *e;
-                co_return r;
-            }
             offset += piece.size();
-            first = false;
-        } while (offset < data.size());
-        co_return r;
+            co_return piece;
+        };
+        co_return co_await upload_by_commands(self, std::move(path), deadline, pieces);
     }
 
     static asio::awaitable<Result<FileDownloadResponse>> download_one(RouterSandbox& self, std::string path) {
@@ -257,12 +296,8 @@ struct RouterSandbox::Internals {
         auto ran = co_await run(self, rp::execute_body(rp::download_argv(path, max)), deadline, std::nullopt,
                                 max / 3 * 4 + max / 32 + 64);
         if (!ran) co_return fail(ran.error());
-        if (auto failure = rp::runtime_failure(ran->stderr_text, ran->exit_code); !failure.empty()) {
-            r.error = "transfer failed: " + failure;
-            co_return r;
-        }
-        if (auto e = transfer_error(ran->exit_code, ran->stderr_text)) {
-            r.error = *e;
+        if (auto e = command_file_error(*ran)) {
+            r.error = std::move(e);
             co_return r;
         }
         auto bytes = proto::base64_decode(ran->stdout_text);
@@ -340,7 +375,7 @@ asio::awaitable<Result<std::vector<FileUploadResponse>>> RouterSandbox::upload_f
     std::vector<FileUploadResponse> out;
     out.reserve(files.size());
     for (auto& [path, data] : files) {
-        auto one = co_await Internals::upload_one(*this, path, data);
+        auto one = co_await Internals::upload_one(*this, path, data, true);
         if (!one) co_return fail(one.error());
         out.push_back(std::move(*one));
     }
@@ -359,6 +394,46 @@ asio::awaitable<Result<std::vector<FileDownloadResponse>>> RouterSandbox::downlo
     }
     if (options_.on_activity && !paths.empty()) options_.on_activity();
     co_return out;
+}
+
+// Up to a MiB, one request as upload_files sends it. A larger file below base_dir goes to
+// POST /upload as it is read, once an empty upload showed that the runtime writes there; other
+// paths, and those the runtime refuses, are written by commands a piece at a time.
+asio::awaitable<Result<FileUploadResponse>> RouterSandbox::upload_from(std::string path, std::uint64_t size,
+                                                                       ByteSource source) {
+    if (!is_absolute_clean_path(path)) co_return FileUploadResponse{std::move(path), file_error::invalid_path};
+    std::optional<Result<FileUploadResponse>> done;
+    if (size <= streamed_upload_min_bytes) {
+        auto data = co_await sandbox::collect(std::move(source), size);
+        if (!data) co_return fail(data.error());
+        done = co_await Internals::upload_one(*this, std::move(path), *data, false);
+    } else {
+        ByteSource held = sandbox::exactly(std::move(source), size);
+        const auto deadline = Internals::transfer_deadline(size);
+        if (auto name = rp::runtime_relative_name(options_.base_dir, path)) {
+            auto probe = co_await Internals::post_upload(*this, *name, "", deadline);
+            if (!probe) co_return fail(probe.error());
+            if (*probe == 200) {
+                auto frame = rp::multipart_frame(*name, Internals::new_boundary());
+                RouterRequest request = Internals::upload_request(*this, frame.content_type);
+                request.body_size = frame.before.size() + size + frame.after.size();
+                request.body_source = sandbox::framed(std::move(frame.before), std::move(held), std::move(frame.after));
+                BytesSink sink(max_error_body);
+                auto status = co_await connection_->impl().send(std::move(request), deadline, sink);
+                if (!status) co_return fail(status.error());
+                FileUploadResponse r{std::move(path), std::nullopt};
+                // Refused after the empty upload was taken: the place changed in between.
+                if (*status != 200)
+                    r.error = "transfer failed: " + status_error(*status, sink.body, "POST /upload").message;
+                done = std::move(r);
+            }
+        }
+        if (!done)
+            done = co_await Internals::upload_by_commands(*this, std::move(path), deadline,
+                                                          sandbox::regrouped(std::move(held), rp::upload_piece_bytes));
+    }
+    if (*done && options_.on_activity) options_.on_activity();
+    co_return std::move(*done);
 }
 
 // Below base_dir, GET /download straight into the sink; elsewhere, and for a download the

@@ -410,19 +410,22 @@ std::optional<std::int64_t> runtime_timeout_seconds(std::string_view failure) {
     return seconds;
 }
 
+MultipartFrame multipart_frame(std::string_view filename, std::string_view boundary) {
+    MultipartFrame f;
+    f.content_type = "multipart/form-data; boundary=" + std::string(boundary);
+    f.before.append("--").append(boundary);
+    f.before.append("\r\nContent-Disposition: form-data; name=\"file\"; filename=\"")
+        .append(filename)
+        .append("\"\r\n\r\n");
+    f.after.append("\r\n--").append(boundary).append("--\r\n");
+    return f;
+}
+
 MultipartBody multipart_file(std::string_view filename, std::string_view data, std::string_view boundary) {
-    MultipartBody m;
-    m.content_type = "multipart/form-data; boundary=" + std::string(boundary);
-    m.body.reserve(data.size() + filename.size() + 2 * boundary.size() + 128);
-    m.body += "--";
-    m.body += boundary;
-    m.body += "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"";
-    m.body += filename;
-    m.body += "\"\r\n\r\n";
-    m.body += data;
-    m.body += "\r\n--";
-    m.body += boundary;
-    m.body += "--\r\n";
+    MultipartFrame frame = multipart_frame(filename, boundary);
+    MultipartBody m{std::move(frame.content_type), {}};
+    m.body.reserve(frame.before.size() + data.size() + frame.after.size());
+    m.body.append(frame.before).append(data).append(frame.after);
     return m;
 }
 

@@ -84,7 +84,16 @@ std::string runtime_failure(std::string_view stderr_text, std::int64_t exit_code
 // The runtime's own timeout ("... timed out after 300.0 seconds"): its limit in whole seconds.
 std::optional<std::int64_t> runtime_timeout_seconds(std::string_view failure);
 
-// multipart/form-data with one part "file" named `filename`.
+// multipart/form-data with one part "file" named `filename`: what goes before the file's bytes
+// and what after, for a body sent as it is read.
+struct MultipartFrame {
+    std::string content_type;
+    std::string before;
+    std::string after;
+};
+MultipartFrame multipart_frame(std::string_view filename, std::string_view boundary);
+
+// The same body in one string.
 struct MultipartBody {
     std::string content_type;
     std::string body;

@@ -7,6 +7,7 @@
 #include "connection/router_connection.hpp"
 #include "net/connector.hpp"
 
+#include "../support/byte_pieces.hpp"
 #include "../support/fake_server.hpp"
 #include "../support/run_test.hpp"
 
@@ -99,6 +100,57 @@ TEST_F(RouterConnectionTest, ReusesOneConnectionAndSendsHeadAndBodyOnce) {
     EXPECT_EQ(seen[0].headers["authorization"], "Bearer secret");
     EXPECT_EQ(seen[0].headers["x-sandbox-id"], "sb");
     EXPECT_EQ(seen[0].body, "{\"command\":\"true\"}");
+}
+
+// A body from a source goes out as it is read, with its announced length, on a connection of its
+// own (it cannot be sent twice); a source that fails or breaks its length ends the request.
+TEST_F(RouterConnectionTest, StreamsARequestBodyFromASource) {
+    std::vector<FakeRequest> seen;
+    FakeServer server(io_, [&](const FakeRequest& r) {
+        seen.push_back(r);
+        return FakeReply(test::http_response(200, "{}"));
+    });
+    auto c = connect(server);
+    auto body = std::make_shared<std::string>(700 * 1024 + 3, '\0');
+    for (std::size_t i = 0; i < body->size(); ++i) (*body)[i] = static_cast<char>(i * 7 + i / 251);
+    auto streamed = [&](std::uint64_t size, ByteSource source) {
+        RouterRequest r;
+        r.method = "POST";
+        r.target = "/upload";
+        r.body_size = size;
+        r.body_source = std::move(source);
+        r.replay_safe = true;  // still sent once: the source cannot give its bytes again
+        return r;
+    };
+    run([&]() -> asio::awaitable<void> {
+        RouterRequest plain;
+        plain.target = "/health";
+        Collect first;
+        EXPECT_TRUE(co_await send(*c, plain, first, 5000ms));
+        Collect sent;
+        auto status = co_await send(*c, streamed(body->size(), test::uneven_pieces(body)), sent, 5000ms);
+        EXPECT_TRUE(status && *status == 200) << (status ? "" : status.error().describe());
+        EXPECT_EQ(server.connections_accepted(), 2);  // the idle one was left for others
+
+        ByteSource failing = [calls = 0]() mutable -> asio::awaitable<Result<std::string_view>> {
+            if (calls++ == 0) co_return std::string_view("part");
+            co_return fail(errc::io_error, "local disk gone");
+        };
+        Collect a;
+        status = co_await send(*c, streamed(10, failing), a, 5000ms);
+        EXPECT_TRUE(!status && status.error().is(errc::io_error));
+        Collect b;
+        status = co_await send(*c, streamed(3, test::uneven_pieces(body)), b, 5000ms);
+        EXPECT_TRUE(!status && status.error().is(errc::invalid_argument));
+        Collect d;
+        status = co_await send(*c, streamed(body->size() + 1, test::uneven_pieces(body)), d, 5000ms);
+        EXPECT_TRUE(!status && status.error().is(errc::invalid_argument));
+        Collect after;
+        EXPECT_TRUE(co_await send(*c, plain, after, 5000ms));
+    });
+    ASSERT_EQ(seen.size(), 3u);  // the broken bodies never made a request
+    EXPECT_EQ(seen[1].headers["content-length"], std::to_string(body->size()));
+    EXPECT_TRUE(seen[1].body == *body);
 }
 
 TEST_F(RouterConnectionTest, StreamsChunkedAndUntilCloseBodies) {

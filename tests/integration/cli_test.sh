@@ -108,23 +108,23 @@ else
 fi
 # cp streams: 200 MB each way byte-exact, the CLI's peak memory within 64 MiB of its peak for
 # `exec true` (measured above).
-measure_cp() {
-    ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=8" timeout 300 /usr/bin/python3 - "$KSB" cp "$@" <<'PY'
+measure_cli() {
+    ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=8" timeout 300 /usr/bin/python3 - "$KSB" "$@" <<'PY'
 import resource, subprocess, sys
 rc = subprocess.call(sys.argv[1:])
 print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
 PY
 }
 yes 'fedcba9876543210' | head -c 209715200 >"$TMP/big.in"
-read -r up_rc up_rss_mib <<<"$(measure_cp "$TMP/big.in" "cli test/1:/workspace/big.bin")"
-read -r down_rc down_rss_mib <<<"$(measure_cp "cli test/1:/workspace/big.bin" "$TMP/big.out")"
+read -r up_rc up_rss_mib <<<"$(measure_cli cp "$TMP/big.in" "cli test/1:/workspace/big.bin")"
+read -r down_rc down_rss_mib <<<"$(measure_cli cp "cli test/1:/workspace/big.bin" "$TMP/big.out")"
 if [[ $up_rc == 0 && $down_rc == 0 && -n ${base_rss_mib:-} && $((${up_rss_mib:-9999} - base_rss_mib)) -lt 64 &&
       $((${down_rss_mib:-9999} - base_rss_mib)) -lt 64 ]] && cmp -s "$TMP/big.in" "$TMP/big.out"; then
     pass "cp streams 200 MB each way byte-exact, peak ${up_rss_mib} / ${down_rss_mib} MiB (${base_rss_mib} MiB for exec true)"
 else
     fail "cp streaming (rc ${up_rc:-?}/${down_rc:-?}, peak ${up_rss_mib:-?}/${down_rss_mib:-?} MiB vs ${base_rss_mib:-?})"
 fi
-rm -f "$TMP/big.in" "$TMP/big.out"
+rm -f "$TMP/big.out"
 K exec "cli test/1" -- rm -f /workspace/big.bin
 
 # file commands: DeepAgents renderings, --json with its field names, exit 1 on a result error
@@ -196,6 +196,18 @@ OUT=$(A exec "agent/1" -- sh -c 'printf "%s|" "$0" "a b"; exit 4' "it's"); rc=$?
 printf 'line\n' >"$TMP/in.txt"
 A cp "$TMP/in.txt" "agent/1:/app/dir/in.txt" && A cp "agent/1:/app/dir/in.txt" "$TMP/back.txt" \
     && cmp -s "$TMP/in.txt" "$TMP/back.txt" && pass "agent-sandbox cp both ways" || fail "agent-sandbox cp"
+# Through the router too: 200 MB each way in the memory of `exec true` (upload as a request body
+# read from the file, download from the response as it arrives).
+read -r up_rc up_rss_mib <<<"$(measure_cli --mode agent-sandbox cp "$TMP/big.in" "agent/1:/app/big.bin")"
+read -r down_rc down_rss_mib <<<"$(measure_cli --mode agent-sandbox cp "agent/1:/app/big.bin" "$TMP/big.out")"
+if [[ $up_rc == 0 && $down_rc == 0 && -n ${base_rss_mib:-} && $((${up_rss_mib:-9999} - base_rss_mib)) -lt 64 &&
+      $((${down_rss_mib:-9999} - base_rss_mib)) -lt 64 ]] && cmp -s "$TMP/big.in" "$TMP/big.out"; then
+    pass "agent-sandbox cp streams 200 MB each way, peak ${up_rss_mib} / ${down_rss_mib} MiB (${base_rss_mib} MiB for exec true)"
+else
+    fail "agent-sandbox cp streaming (rc ${up_rc:-?}/${down_rc:-?}, peak ${up_rss_mib:-?}/${down_rss_mib:-?} MiB vs ${base_rss_mib:-?})"
+fi
+rm -f "$TMP/big.in" "$TMP/big.out"
+A exec "agent/1" -- rm -f /app/big.bin
 OUT=$(A grep "agent/1" line --path /app); rc=$?
 [[ $rc == 0 && $OUT == *"/app/dir/in.txt"* ]] && pass "agent-sandbox file commands" || fail "agent-sandbox grep (rc $rc '$OUT')"
 OUT=$(A --json exec "agent/1" -- printf 'a\377'); rc=$?

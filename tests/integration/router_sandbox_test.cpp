@@ -2,7 +2,9 @@
 // to a runtime in a real pod (busybox root: no python3, no bash).
 #include <kubesandbox/router_sandbox.hpp>
 
-#include "../support/collected_bytes.hpp"
+#include "connection/router_connection.hpp"
+
+#include "../support/byte_pieces.hpp"
 #include "../support/local_cluster_fixture.hpp"
 #include "../support/runtime_pod.hpp"
 
@@ -244,6 +246,82 @@ TEST_F(RouterSandboxTest, TransfersInsideAndOutsideTheRuntimeBase) {
         EXPECT_TRUE(co_await sb->download_to("/app/from-source.bin", got.sink()));
         EXPECT_TRUE(got.data == binary);
         co_await remove("rt-files");
+    });
+}
+
+// Forwards to a connection and notes each request's method and target.
+class CountingConnection final : public RouterConnection, public RouterConnection::Impl {
+public:
+    explicit CountingConnection(std::shared_ptr<RouterConnection> to) : to_(std::move(to)) {}
+    std::string describe() const override { return to_->describe(); }
+    RouterConnection::Impl& impl() override { return *this; }
+    asio::awaitable<Result<unsigned>> send(RouterRequest request, std::chrono::steady_clock::time_point deadline,
+                                           ResponseSink& sink) override {
+        sent.push_back(request.method + " " + request.target);
+        co_return co_await to_->impl().send(std::move(request), deadline, sink);
+    }
+    std::vector<std::string> sent;
+
+private:
+    std::shared_ptr<RouterConnection> to_;
+};
+
+// Files over a MiB go out as they are read: below the base as one request body, elsewhere and
+// through a link out of the base by commands, with raw mode's per-file errors and no size limit.
+TEST_F(RouterSandboxTest, LargeUploadsStreamWhereverTheyGo) {
+    options_.max_file_bytes = 1024;
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await sandbox("rt-stream");
+        if (!sb) co_return;
+        auto big = std::make_shared<std::string>(3 * 1024 * 1024 + 7, '\0');
+        for (std::size_t i = 0; i < big->size(); ++i) (*big)[i] = static_cast<char>(i * 31 + i / 4099);
+        // Outside the base, downloads hold the file: this reader's limit lets them.
+        RouterSandboxOptions wide = sb->options();
+        wide.max_file_bytes = 2 * big->size();
+        RouterSandbox reader(test::local_router(*cluster_, io_.get_executor()), wide);
+        auto counting = std::make_shared<CountingConnection>(test::local_router(*cluster_, io_.get_executor()));
+        RouterSandbox writer(counting, sb->options());
+        auto prepared = co_await sb->execute("mkdir -p /app/dir /tmp/real && ln -s /tmp/real/t.bin /app/link.bin");
+        EXPECT_TRUE(prepared && prepared->exit_code == 0);
+        struct Case {
+            std::string path, lands;
+            std::vector<std::string> requests;
+        };
+        const std::vector<std::string> by_commands(49, "POST /execute");  // 64 KiB each
+        std::vector<std::string> link_requests{"POST /upload"};
+        link_requests.insert(link_requests.end(), by_commands.begin(), by_commands.end());
+        const std::vector<Case> cases = {
+            // An empty upload asks, then the body goes out as it is read.
+            {"/app/s/big $x.bin", "/app/s/big $x.bin", {"POST /upload", "POST /upload"}},
+            {"/tmp/out side/'q' $x.bin", "/tmp/out side/'q' $x.bin", by_commands},
+            {"/app/link.bin", "/tmp/real/t.bin", link_requests},  // refused by the runtime
+        };
+        for (const auto& [path, lands, requests] : cases) {
+            counting->sent.clear();
+            auto up = co_await writer.upload_from(path, big->size(), test::uneven_pieces(big));
+            EXPECT_EQ(counting->sent, requests) << path;
+            EXPECT_TRUE(up && !up->error) << path << ": " << (up ? up->error.value_or("") : up.error().describe());
+            test::CollectedBytes got;
+            auto down = co_await reader.download_to(lands, got.sink());
+            EXPECT_TRUE(down && !down->error && got.data == *big) << lands << ": " << got.data.size();
+        }
+        auto folder = co_await sb->upload_from("/app/dir", big->size(), test::uneven_pieces(big));
+        EXPECT_TRUE(folder && folder->error == file_error::is_directory);
+        auto read_only = co_await sb->upload_from("/etc/big", big->size(), test::uneven_pieces(big));
+        EXPECT_TRUE(read_only && read_only->error == file_error::permission_denied);
+
+        // A failing source, and one shorter than announced: their errors, and the sandbox goes on.
+        ByteSource failing = [big, calls = 0]() mutable -> asio::awaitable<Result<std::string_view>> {
+            if (calls++ < 2) co_return std::string_view(*big).substr(0, 1024 * 1024);
+            co_return fail(errc::io_error, "local disk gone");
+        };
+        auto failed = co_await sb->upload_from("/app/failing.bin", big->size(), failing);
+        EXPECT_TRUE(!failed && failed.error().is(errc::io_error));
+        auto short_one = co_await sb->upload_from("/app/short.bin", big->size() + 1, test::uneven_pieces(big));
+        EXPECT_TRUE(!short_one && short_one.error().is(errc::invalid_argument));
+        auto still = co_await sb->execute("echo fine");
+        EXPECT_TRUE(still && still->output == "fine\n");
+        co_await remove("rt-stream");
     });
 }
 

@@ -2,7 +2,7 @@
 // close (sandbox_fixture.hpp).
 #include "sandbox_fixture.hpp"
 
-#include "../support/collected_bytes.hpp"
+#include "../support/byte_pieces.hpp"
 
 namespace {
 using namespace kubesandbox;
@@ -193,17 +193,6 @@ TEST_F(SandboxTest, StdinStreamsThroughV5Close) {
     });
 }
 
-// `text` in uneven pieces, up to ~300 KB.
-ByteSource uneven_pieces(std::shared_ptr<const std::string> text) {
-    auto at = std::make_shared<std::size_t>(0), size = std::make_shared<std::size_t>(1);
-    return [text, at, size]() -> asio::awaitable<Result<std::string_view>> {
-        std::string_view piece = std::string_view(*text).substr(*at, *size);
-        *at += piece.size();
-        *size = *size * 13 % 300007 + 1;
-        co_return piece;
-    };
-}
-
 // Files stream in and out through execs of their own, whatever their size and max_file_bytes,
 // with the per-file errors upload_files and download_files give; a source that misreports its
 // size or fails, and a sink that stops, end the transfer with an error.
@@ -215,7 +204,7 @@ TEST_F(SandboxTest, FilesStreamInAndOutInPieces) {
         auto big = std::make_shared<std::string>(9 * 1024 * 1024 + 3, '\0');
         for (std::size_t i = 0; i < big->size(); ++i) (*big)[i] = static_cast<char>(i * 31 + i / 4099);
         const std::string path = "/workspace/streams/big $x 'q'.bin";
-        auto up = co_await box.upload_from(path, big->size(), uneven_pieces(big));
+        auto up = co_await box.upload_from(path, big->size(), test::uneven_pieces(big));
         EXPECT_TRUE(up && !up->error && up->path == path) << (up ? up->error.value_or("") : up.error().describe());
         test::CollectedBytes got;
         auto down = co_await box.download_to(path, got.sink());
@@ -226,7 +215,7 @@ TEST_F(SandboxTest, FilesStreamInAndOutInPieces) {
         EXPECT_GT(got.pieces, 1);
 
         auto empty = std::make_shared<const std::string>();
-        EXPECT_TRUE(co_await box.upload_from("/workspace/streams/empty", 0, uneven_pieces(empty)));
+        EXPECT_TRUE(co_await box.upload_from("/workspace/streams/empty", 0, test::uneven_pieces(empty)));
         got.data.clear();
         auto none = co_await box.download_to("/workspace/streams/empty", got.sink());
         EXPECT_TRUE(none && !none->error && got.data.empty());
@@ -237,11 +226,12 @@ TEST_F(SandboxTest, FilesStreamInAndOutInPieces) {
         EXPECT_TRUE(folder && folder->error == file_error::is_directory);
         auto relative = co_await box.download_to("streams/x", got.sink());
         EXPECT_TRUE(relative && relative->error == file_error::invalid_path);
-        auto read_only = co_await box.upload_from("/etc/hosts", 3, uneven_pieces(std::make_shared<std::string>("abc")));
+        auto read_only =
+            co_await box.upload_from("/etc/hosts", 3, test::uneven_pieces(std::make_shared<std::string>("abc")));
         EXPECT_TRUE(read_only && read_only->error == file_error::permission_denied);
 
         auto short_one = co_await box.upload_from("/workspace/streams/short", 100,
-                                                  uneven_pieces(std::make_shared<std::string>("abc")));
+                                                  test::uneven_pieces(std::make_shared<std::string>("abc")));
         EXPECT_TRUE(!short_one && short_one.error().is(errc::invalid_argument));
         ByteSource broken = []() -> asio::awaitable<Result<std::string_view>> {
             co_return fail(errc::io_error, "local disk gone");

@@ -2,7 +2,7 @@
 // download_files), the source held to its size, and PolicySandbox in front of both; over a
 // sandbox that keeps its files in memory.
 #include "sandbox/byte_streams.hpp"
-#include "../support/collected_bytes.hpp"
+#include "../support/byte_pieces.hpp"
 #include "../support/run_test.hpp"
 
 #include <kubesandbox/file_policy.hpp>
@@ -86,6 +86,49 @@ TEST(ByteStreams, ASourceIsHeldToItsSize) {
         };
         auto failed = co_await sandbox::collect(broken, 3);
         EXPECT_TRUE(!failed && failed.error().is(errc::io_error));
+    });
+}
+
+// Every piece taken out of a source, as strings.
+asio::awaitable<std::vector<std::string>> drain(ByteSource source) {
+    std::vector<std::string> pieces;
+    for (;;) {
+        auto piece = co_await source();
+        EXPECT_TRUE(piece);
+        if (!piece || piece->empty()) co_return pieces;
+        pieces.emplace_back(*piece);
+    }
+}
+
+TEST(ByteStreams, RegroupedAndFramedSources) {
+    run([]() -> asio::awaitable<void> {
+        // 1+2+3+4+5 bytes in pieces of 4: 4, 4, 4, 3.
+        auto fours = co_await drain(sandbox::regrouped(pieces_of("abcdefghijklmno"), 4));
+        EXPECT_EQ(fours, (std::vector<std::string>{"abcd", "efgh", "ijkl", "mno"}));
+        // An empty source: one empty piece (so a writer still makes the empty file), then the end.
+        auto none = sandbox::regrouped(pieces_of(""), 4);
+        auto first = co_await none();
+        EXPECT_TRUE(first && first->empty());
+        auto exact = co_await drain(sandbox::regrouped(pieces_of("abcdef"), 3));
+        EXPECT_EQ(exact, (std::vector<std::string>{"abc", "def"}));
+
+        auto framed = co_await drain(sandbox::framed("<", pieces_of("abc"), ">"));
+        EXPECT_EQ(framed, (std::vector<std::string>{"<", "a", "bc", ">"}));
+        auto bare = co_await drain(sandbox::framed("", pieces_of(""), ""));
+        EXPECT_TRUE(bare.empty());
+
+        // A failing source fails both, and the frame's end is never given.
+        ByteSource broken = [calls = 0]() mutable -> asio::awaitable<Result<std::string_view>> {
+            if (calls++ == 0) co_return std::string_view("x");
+            co_return fail(errc::io_error, "disk gone");
+        };
+        auto in_frame = sandbox::framed("<", broken, ">");
+        EXPECT_TRUE(co_await in_frame());
+        EXPECT_TRUE(co_await in_frame());
+        auto failed = co_await in_frame();
+        EXPECT_TRUE(!failed && failed.error().is(errc::io_error));
+        auto grouped = co_await sandbox::regrouped(broken, 4)();
+        EXPECT_TRUE(!grouped && grouped.error().is(errc::io_error));
     });
 }
 

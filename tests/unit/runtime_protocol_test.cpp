@@ -148,6 +148,10 @@ TEST(RuntimeProtocol, MultipartAndTransferResults) {
     EXPECT_EQ(
         m.body,
         "--BOUND\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a/b.txt\"\r\n\r\nda\0ta\r\n--BOUND--\r\n"s);
+    // Sent as read: the same bytes around the file's.
+    auto frame = rp::multipart_frame("a/b.txt", "BOUND");
+    EXPECT_EQ(frame.content_type, m.content_type);
+    EXPECT_EQ(frame.before + "da\0ta"s + frame.after, m.body);
     EXPECT_EQ(kubesandbox::transfer_error(0, ""), std::nullopt);
     EXPECT_EQ(kubesandbox::transfer_error(20, ""), "permission_denied");
     EXPECT_EQ(kubesandbox::transfer_error(21, ""), "is_directory");
