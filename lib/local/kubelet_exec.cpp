@@ -255,7 +255,10 @@ struct ExecSession {
     }
 
     asio::awaitable<int> wait_process() {
-        auto reaped = spawner ? co_await spawner->wait(spawn_id) : co_await reap_child(ws.get_executor(), pidfd, pid);
+        // Not `?:` over two co_awaits: g++ 12 may destroy such a result early.
+        std::optional<int> reaped;
+        if (spawner) reaped = co_await spawner->wait(spawn_id);
+        else reaped = co_await reap_child(ws.get_executor(), pidfd, pid);
         if (!reaped) {
             kill_process();  // cancelled: the command must not outlive its session
             co_return 255;

@@ -368,6 +368,46 @@ TEST_F(SandboxManagerTest, TheReaperSparesBusySandboxesAndForgetsReapedOnes) {
     });
 }
 
+// A lease's streamed transfers reach its sandbox, which the reaper spares while one lasts.
+TEST_F(SandboxManagerTest, AStreamedTransferKeepsItsSandboxBusy) {
+    SandboxManagerOptions o;
+    o.idle_ttl = 0s;
+    auto m = manager(o);
+    run([&]() -> asio::awaitable<void> {
+        auto lease = co_await m->get("t");
+        EXPECT_TRUE(lease);
+        if (!lease) co_return;
+        auto missing =
+            co_await lease->download_to("/x", [](std::string_view) -> asio::awaitable<bool> { co_return true; });
+        EXPECT_TRUE(missing && missing->error == file_error::file_not_found);
+        {
+            std::lock_guard lock(world_->mutex);
+            for (auto& [id, r] : world_->sandboxes) r.expired = true;
+        }
+        auto ex = co_await asio::this_coro::executor;
+        std::optional<Result<FileUploadResponse>> uploaded;
+        asio::co_spawn(
+            ex,
+            [&, held = std::move(*lease)]() mutable -> asio::awaitable<void> {
+                ByteSource slow = [calls = 0]() mutable -> asio::awaitable<Result<std::string_view>> {
+                    if (calls++ > 0) co_return std::string_view{};
+                    co_await sleep_for(50ms);
+                    co_return std::string_view("abc");
+                };
+                uploaded = co_await held.upload_from("/f", 3, slow);
+            },
+            asio::detached);
+        co_await sleep_for(5ms);
+        auto during = co_await m->cleanup();
+        EXPECT_TRUE(during && during->deleted.empty());
+        while (!uploaded) co_await sleep_for(2ms);
+        EXPECT_TRUE(*uploaded && !(*uploaded)->error && (*uploaded)->path == "/f");
+        co_await sleep_for(2ms);
+        auto after = co_await m->cleanup();
+        EXPECT_TRUE(after && after->deleted.size() == 1u);
+    });
+}
+
 TEST_F(SandboxManagerTest, TheReaperKeepsGoingThroughErrorsAndStopsOnShutdown) {
     SandboxManagerOptions o;
     o.reap_interval = 5ms;
