@@ -50,8 +50,8 @@ public:
         std::vector<std::pair<std::string, std::string>> files) override;
     boost::asio::awaitable<Result<std::vector<FileDownloadResponse>>> download_files(
         std::vector<std::string> paths) override;
-    // Files over a MiB stream in (as a request body below base_dir, else a piece at a time
-    // through commands). Downloads stream below base_dir; other paths hold the file.
+    // Files over a MiB stream in, and every file streams out: over the runtime's HTTP endpoints
+    // below base_dir, else through commands a piece at a time.
     boost::asio::awaitable<Result<FileUploadResponse>> upload_from(std::string path, std::uint64_t size,
                                                                    ByteSource source) override;
     boost::asio::awaitable<Result<FileDownloadResponse>> download_to(std::string path, ByteSink sink) override;

@@ -266,6 +266,31 @@ struct RouterSandbox::Internals {
         co_return co_await upload_by_commands(self, std::move(path), deadline, pieces);
     }
 
+    // `path` read by commands a piece at a time into `sink` (for paths the runtime does not
+    // serve), so a file of any size costs a piece of memory.
+    static asio::awaitable<Result<FileDownloadResponse>> download_by_commands(RouterSandbox& self, std::string path,
+                                                                              const ByteSink& sink) {
+        FileDownloadResponse r{std::move(path), std::nullopt, std::nullopt};
+        constexpr std::size_t piece = rp::download_piece_bytes;
+        for (std::uint64_t index = 0;; ++index) {
+            auto ran = co_await run(self, rp::execute_body(rp::download_piece_argv(r.path, index)),
+                                    transfer_deadline(piece), std::nullopt, piece / 3 * 4 + piece / 32 + 64);
+            if (!ran) co_return fail(ran.error());
+            if (auto e = command_file_error(*ran)) {
+                r.error = std::move(e);
+                co_return r;
+            }
+            auto bytes = proto::base64_decode(ran->stdout_text);
+            if (!bytes || ran->truncated || bytes->size() > piece) {
+                r.error = "transfer failed: unreadable base64 from the sandbox";
+                co_return r;
+            }
+            if (!bytes->empty() && !co_await sink(*bytes))
+                co_return fail(errc::cancelled, "the sink stopped the download of " + r.path);
+            if (bytes->size() < piece) co_return r;
+        }
+    }
+
     static asio::awaitable<Result<FileDownloadResponse>> download_one(RouterSandbox& self, std::string path) {
         FileDownloadResponse r{path, std::nullopt, std::nullopt};
         if (!is_absolute_clean_path(path)) {
@@ -437,7 +462,7 @@ asio::awaitable<Result<FileUploadResponse>> RouterSandbox::upload_from(std::stri
 }
 
 // Below base_dir, GET /download straight into the sink; elsewhere, and for a download the
-// runtime refused (missing, a directory, a link out of the base), as download_files does it.
+// runtime refused (missing, a directory, a link out of the base), commands a piece at a time.
 asio::awaitable<Result<FileDownloadResponse>> RouterSandbox::download_to(std::string path, ByteSink sink) {
     auto name = is_absolute_clean_path(path) ? rp::runtime_relative_name(options_.base_dir, path) : std::nullopt;
     if (name) {
@@ -451,9 +476,16 @@ asio::awaitable<Result<FileDownloadResponse>> RouterSandbox::download_to(std::st
         auto status = co_await connection_->impl().send(std::move(request), steady_clock::now() + limit, streaming);
         if (!status && streaming.stopped) co_return fail(errc::cancelled, "the sink stopped the download of " + path);
         if (!status) co_return fail(status.error());
-        if (*status == 200) co_return FileDownloadResponse{std::move(path), std::nullopt, std::nullopt};
+        if (*status == 200) {
+            if (options_.on_activity) options_.on_activity();
+            co_return FileDownloadResponse{std::move(path), std::nullopt, std::nullopt};
+        }
     }
-    co_return co_await Sandbox::download_to(std::move(path), std::move(sink));
+    if (!is_absolute_clean_path(path))
+        co_return FileDownloadResponse{std::move(path), std::nullopt, file_error::invalid_path};
+    auto done = co_await Internals::download_by_commands(*this, std::move(path), sink);
+    if (done && options_.on_activity) options_.on_activity();
+    co_return done;
 }
 
 }  // namespace kubesandbox

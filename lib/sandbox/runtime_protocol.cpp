@@ -482,6 +482,14 @@ n=$(wc -c < "$p") || exit 20
 exec base64 < "$p"
 )SH";
 
+// $1 path, $2 piece index, $3 piece size: the piece's bytes in base64 (none past the end).
+constexpr const char* download_piece_script = R"SH(p=$1
+[ -d "$p" ] && exit 21
+[ -e "$p" ] || exit 22
+[ -r "$p" ] || exit 20
+dd if="$p" bs="$3" skip="$2" count=1 2>/dev/null | base64
+)SH";
+
 }  // namespace
 
 std::vector<std::string> upload_piece_argv(std::string_view path, std::string_view piece, bool first) {
@@ -490,6 +498,16 @@ std::vector<std::string> upload_piece_argv(std::string_view path, std::string_vi
 
 std::vector<std::string> download_argv(std::string_view path, std::size_t max_bytes) {
     return {"sh", "-c", download_script, "sh", std::string(path), std::to_string(max_bytes)};
+}
+
+std::vector<std::string> download_piece_argv(std::string_view path, std::uint64_t index) {
+    return {"sh",
+            "-c",
+            download_piece_script,
+            "sh",
+            std::string(path),
+            std::to_string(index),
+            std::to_string(download_piece_bytes)};
 }
 
 }  // namespace kubesandbox::runtime_protocol

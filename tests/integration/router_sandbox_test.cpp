@@ -266,45 +266,73 @@ private:
     std::shared_ptr<RouterConnection> to_;
 };
 
-// Files over a MiB go out as they are read: below the base as one request body, elsewhere and
-// through a link out of the base by commands, with raw mode's per-file errors and no size limit.
-TEST_F(RouterSandboxTest, LargeUploadsStreamWhereverTheyGo) {
+// Files over a MiB go out as they are read, and come back as they arrive: below the base over
+// HTTP, elsewhere and through a link out of the base by commands, with raw mode's per-file
+// errors and no size limit.
+TEST_F(RouterSandboxTest, LargeFilesStreamWhereverTheyAre) {
     options_.max_file_bytes = 1024;
     run([&]() -> asio::awaitable<void> {
         auto sb = co_await sandbox("rt-stream");
         if (!sb) co_return;
         auto big = std::make_shared<std::string>(3 * 1024 * 1024 + 7, '\0');
         for (std::size_t i = 0; i < big->size(); ++i) (*big)[i] = static_cast<char>(i * 31 + i / 4099);
-        // Outside the base, downloads hold the file: this reader's limit lets them.
-        RouterSandboxOptions wide = sb->options();
-        wide.max_file_bytes = 2 * big->size();
-        RouterSandbox reader(test::local_router(*cluster_, io_.get_executor()), wide);
         auto counting = std::make_shared<CountingConnection>(test::local_router(*cluster_, io_.get_executor()));
         RouterSandbox writer(counting, sb->options());
         auto prepared = co_await sb->execute("mkdir -p /app/dir /tmp/real && ln -s /tmp/real/t.bin /app/link.bin");
         EXPECT_TRUE(prepared && prepared->exit_code == 0);
-        struct Case {
-            std::string path, lands;
-            std::vector<std::string> requests;
-        };
-        const std::vector<std::string> by_commands(49, "POST /execute");  // 64 KiB each
-        std::vector<std::string> link_requests{"POST /upload"};
-        link_requests.insert(link_requests.end(), by_commands.begin(), by_commands.end());
-        const std::vector<Case> cases = {
-            // An empty upload asks, then the body goes out as it is read.
-            {"/app/s/big $x.bin", "/app/s/big $x.bin", {"POST /upload", "POST /upload"}},
-            {"/tmp/out side/'q' $x.bin", "/tmp/out side/'q' $x.bin", by_commands},
-            {"/app/link.bin", "/tmp/real/t.bin", link_requests},  // refused by the runtime
-        };
-        for (const auto& [path, lands, requests] : cases) {
+        // Each request as its method and first path segment.
+        auto requests = [&] {
+            std::vector<std::string> kinds;
+            for (const auto& r : counting->sent) kinds.push_back(r.substr(0, r.find('/', r.find('/') + 1)));
             counting->sent.clear();
+            return kinds;
+        };
+        auto times = [](std::size_t n, const std::string& request, std::vector<std::string> after = {}) {
+            after.insert(after.end(), n, request);
+            return after;
+        };
+        const std::string execute = "POST /execute", upload = "POST /upload", download = "GET /download";
+        struct Case {
+            std::string path;
+            std::vector<std::string> up, down;
+        };
+        const std::vector<Case> cases = {
+            // Over HTTP: an empty upload asks, then the body goes out as it is read.
+            {"/app/s/big $x.bin", {upload, upload}, {download}},
+            // Commands: 49 pieces of 64 KiB up, 4 of a MiB down.
+            {"/tmp/out side/'q' $x.bin", times(49, execute), times(4, execute)},
+            // Refused by the runtime, so commands, which follow the link as raw mode does.
+            {"/app/link.bin", times(49, execute, {upload}), times(4, execute, {download})},
+        };
+        for (const auto& [path, up_requests, down_requests] : cases) {
+            requests();
             auto up = co_await writer.upload_from(path, big->size(), test::uneven_pieces(big));
-            EXPECT_EQ(counting->sent, requests) << path;
             EXPECT_TRUE(up && !up->error) << path << ": " << (up ? up->error.value_or("") : up.error().describe());
+            EXPECT_EQ(requests(), up_requests) << path;
             test::CollectedBytes got;
-            auto down = co_await reader.download_to(lands, got.sink());
-            EXPECT_TRUE(down && !down->error && got.data == *big) << lands << ": " << got.data.size();
+            auto down = co_await writer.download_to(path, got.sink());
+            EXPECT_TRUE(down && !down->error && got.data == *big) << path << ": " << got.data.size();
+            EXPECT_EQ(requests(), down_requests) << path;
         }
+        auto through = co_await sb->execute("[ -L /app/link.bin ] && wc -c < /tmp/real/t.bin");
+        EXPECT_TRUE(through && through->output == std::to_string(big->size()) + "\n");
+        // By commands: a whole number of pieces, an empty file, raw mode's errors, a sink that stops.
+        auto made = co_await sb->execute("head -c 2097152 /tmp/real/t.bin > /tmp/two && : > /tmp/empty");
+        EXPECT_TRUE(made && made->exit_code == 0);
+        test::CollectedBytes two, empty;
+        auto whole = co_await writer.download_to("/tmp/two", two.sink());
+        EXPECT_TRUE(whole && !whole->error && two.data == big->substr(0, 2097152));
+        EXPECT_EQ(requests(), times(3, execute));
+        auto none = co_await writer.download_to("/tmp/empty", empty.sink());
+        EXPECT_TRUE(none && !none->error && empty.data.empty());
+        auto folder_down = co_await writer.download_to("/tmp/real", empty.sink());
+        EXPECT_TRUE(folder_down && folder_down->error == file_error::is_directory);
+        auto missing_down = co_await writer.download_to("/tmp/missing", empty.sink());
+        EXPECT_TRUE(missing_down && missing_down->error == file_error::file_not_found);
+        ByteSink stop = [](std::string_view) -> asio::awaitable<bool> { co_return false; };
+        auto stopped = co_await writer.download_to("/tmp/two", stop);
+        EXPECT_TRUE(!stopped && stopped.error().is(errc::cancelled));
+        EXPECT_EQ(requests().size(), 4u);  // the stop ended it after one piece
         auto folder = co_await sb->upload_from("/app/dir", big->size(), test::uneven_pieces(big));
         EXPECT_TRUE(folder && folder->error == file_error::is_directory);
         auto read_only = co_await sb->upload_from("/etc/big", big->size(), test::uneven_pieces(big));
