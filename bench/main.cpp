@@ -3,7 +3,8 @@
 // concurrent executes on one io_context thread, the SandboxManager (issue 9) and the file
 // operations (issue 13), agent-sandbox mode (8), tunnels, native vs kubectl (9), and the example
 // agent host against the library (10), a reaper pass over 10,000 sandboxes against
-// python-kubernetes (11), and a 100 MB upload and download against kubectl cp (12). Where a
+// python-kubernetes (11), and a 100 MB upload and download against kubectl cp, and through the
+// router against a minimal HTTP client (12). Where a
 // peer exists (real kubectl) it is measured in the same run against the same cluster, so ratios
 // compare like with like.
 //
@@ -188,7 +189,10 @@ int main(int argc, char** argv) {
         if (want(9)) scenario_tunnels(io, *cluster, env, sz);
         if (want(10)) scenario_server(io, *cluster, env, sz, server_program);
         if (want(11)) scenario_reaper(io, *cluster, env, sz);
-        if (want(12)) scenario_transfer(io, *cluster, env, sz);
+        if (want(12)) {
+            scenario_transfer(io, *cluster, env, sz);
+            scenario_router_transfer(io, *cluster, sz);
+        }
         if (want(4)) scenario_list(io, *cluster, env, sz);  // last: 10,000 pods slow down the rest
     }
 

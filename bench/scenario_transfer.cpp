@@ -27,19 +27,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Not all zeros: a transport that compressed or skipped runs of zeros would look faster.
-std::string payload(long long n) {
-    std::string s(static_cast<std::size_t>(n), '\0');
-    std::uint32_t x = 2463534242u;
-    for (auto& c : s) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        c = static_cast<char>(x);
-    }
-    return s;
-}
-
 // The upload is given its bytes in memory and the download returns them there; kubectl reads
 // and writes a local file, which the page cache holds at this size.
 struct Timing {
@@ -67,7 +54,7 @@ void scenario_transfer(asio::io_context& io, LocalCluster& cluster, const Env& e
     if (!sb) return;
     const std::string ns = sb->namespace_name();
     const std::string pod = sb->pod_name();
-    const std::string data = payload(bytes);
+    const std::string data = transfer_payload(bytes);
     const std::string remote = "/tmp/bench-transfer.bin";
 
     Timing ours;

@@ -295,6 +295,18 @@ void describe_pod(const Env& env, const std::string& ns, const std::string& pod)
 // ---------------------------------------------------------------------------------------------
 // Driving coroutines from the synchronous benchmark flow
 
+std::string transfer_payload(long long n) {
+    std::string s(static_cast<std::size_t>(n), '\0');
+    std::uint32_t x = 2463534242u;
+    for (auto& c : s) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        c = static_cast<char>(x);
+    }
+    return s;
+}
+
 asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
     asio::steady_timer t(co_await asio::this_coro::executor);
     t.expires_after(d);

@@ -129,6 +129,10 @@ bool run_on(boost::asio::io_context& io, MakeAwaitable make, std::chrono::second
     return true;
 }
 
+// `n` bytes to move in transfer scenarios. Not all zeros: a transport that compressed or skipped
+// runs of zeros would look faster.
+std::string transfer_payload(long long n);
+
 boost::asio::awaitable<void> sleep_for(std::chrono::milliseconds d);
 ResourcePath pods_in(std::string ns);
 ResourcePath namespaces_path();
@@ -172,6 +176,7 @@ void scenario_server(boost::asio::io_context& io, LocalCluster& cluster, const E
                      const std::string& server_program);
 void scenario_reaper(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
 void scenario_transfer(boost::asio::io_context& io, LocalCluster& cluster, const Env& env, const Sizes& sz);
+void scenario_router_transfer(boost::asio::io_context& io, LocalCluster& cluster, const Sizes& sz);
 // The profiling modes' kubeconfig: the file at `path`, or nullopt after printing why, prefixed
 // with `who`.
 std::optional<KubeConfig> load_kubeconfig_file(const std::string& path, const char* who);
