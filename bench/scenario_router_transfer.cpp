@@ -8,6 +8,7 @@
 #include <kubesandbox/agent_sandbox_provider.hpp>
 #include <kubesandbox/router_sandbox.hpp>
 
+#include "sandbox/runtime_files.hpp"
 #include "sandbox/runtime_protocol.hpp"
 
 #include <boost/asio/io_context.hpp>

@@ -4,6 +4,7 @@
 #include "connection/router_connection.hpp"
 #include "proto/kubeconfig.hpp"
 #include "sandbox/byte_streams.hpp"
+#include "sandbox/runtime_files.hpp"
 #include "sandbox/runtime_protocol.hpp"
 #include "sandbox/transfer_status.hpp"
 #include "util/random.hpp"

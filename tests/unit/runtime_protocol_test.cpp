@@ -1,4 +1,5 @@
 // The client side of the python-runtime protocol, without sockets.
+#include "sandbox/runtime_files.hpp"
 #include "sandbox/runtime_protocol.hpp"
 #include "sandbox/transfer_status.hpp"
 

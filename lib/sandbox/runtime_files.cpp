@@ -1,0 +1,109 @@
+// Moving files with the python-runtime (see runtime_files.hpp).
+#include "sandbox/runtime_files.hpp"
+
+#include "files/text.hpp"
+#include "proto/kubeconfig.hpp"
+
+namespace kubesandbox::runtime_protocol {
+
+MultipartFrame multipart_frame(std::string_view filename, std::string_view boundary) {
+    MultipartFrame f;
+    f.content_type = "multipart/form-data; boundary=" + std::string(boundary);
+    f.before.append("--").append(boundary);
+    f.before.append("\r\nContent-Disposition: form-data; name=\"file\"; filename=\"")
+        .append(filename)
+        .append("\"\r\n\r\n");
+    f.after.append("\r\n--").append(boundary).append("--\r\n");
+    return f;
+}
+
+MultipartBody multipart_file(std::string_view filename, std::string_view data, std::string_view boundary) {
+    MultipartFrame frame = multipart_frame(filename, boundary);
+    MultipartBody m{std::move(frame.content_type), {}};
+    m.body.reserve(frame.before.size() + data.size() + frame.after.size());
+    m.body.append(frame.before).append(data).append(frame.after);
+    return m;
+}
+
+std::optional<std::string> runtime_relative_name(std::string_view base, std::string_view path) {
+    while (base.size() > 1 && base.back() == '/') base.remove_suffix(1);
+    if (base.empty() || base.front() != '/' || path.empty() || path.front() != '/') return std::nullopt;
+    std::string_view rel;
+    if (base == "/") {
+        rel = path.substr(1);
+    } else {
+        if (path.size() <= base.size() + 1 || path.substr(0, base.size()) != base || path[base.size()] != '/')
+            return std::nullopt;
+        rel = path.substr(base.size() + 1);
+    }
+    if (rel.empty() || rel.back() == '/' || !files::valid_utf8(rel)) return std::nullopt;
+    std::size_t start = 0;
+    while (start <= rel.size()) {
+        auto slash = rel.find('/', start);
+        auto part = rel.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+        if (part.empty() || part == "." || part == "..") return std::nullopt;
+        if (slash == std::string_view::npos) break;
+        start = slash + 1;
+    }
+    for (unsigned char c : rel) {
+        if (c < 0x20 || c == 0x7f || c == '%' || c == '"' || c == '\\') return std::nullopt;
+    }
+    return std::string(rel);
+}
+
+namespace {
+
+// $1 path, $2 base64 piece, $3 1 for the first piece (checks, then truncate) or 0 (append).
+constexpr const char* upload_piece_script = R"SH(p=$1
+if [ "$3" = 1 ]; then
+  case $p in */*) d=${p%/*}; [ -n "$d" ] || d=/ ;; *) d=. ;; esac
+  if [ ! -d "$d" ]; then
+    mkdir -p -- "$d" 2>/dev/null || { [ -e "$d" ] && exit 22; exit 20; }
+  fi
+  [ -d "$p" ] && exit 21
+  { true > "$p"; } 2>/dev/null || exit 20
+  printf %s "$2" | base64 -d > "$p" || exit 24
+else
+  printf %s "$2" | base64 -d >> "$p" || exit 24
+fi
+)SH";
+
+// $1 path, $2 byte limit.
+constexpr const char* download_script = R"SH(p=$1
+[ -d "$p" ] && exit 21
+[ -e "$p" ] || exit 22
+[ -r "$p" ] || exit 20
+n=$(wc -c < "$p") || exit 20
+[ "$n" -gt "$2" ] && exit 23
+exec base64 < "$p"
+)SH";
+
+// $1 path, $2 piece index, $3 piece size: the piece's bytes in base64 (none past the end).
+constexpr const char* download_piece_script = R"SH(p=$1
+[ -d "$p" ] && exit 21
+[ -e "$p" ] || exit 22
+[ -r "$p" ] || exit 20
+dd if="$p" bs="$3" skip="$2" count=1 2>/dev/null | base64
+)SH";
+
+}  // namespace
+
+std::vector<std::string> upload_piece_argv(std::string_view path, std::string_view piece, bool first) {
+    return {"sh", "-c", upload_piece_script, "sh", std::string(path), proto::base64_encode(piece), first ? "1" : "0"};
+}
+
+std::vector<std::string> download_argv(std::string_view path, std::size_t max_bytes) {
+    return {"sh", "-c", download_script, "sh", std::string(path), std::to_string(max_bytes)};
+}
+
+std::vector<std::string> download_piece_argv(std::string_view path, std::uint64_t index) {
+    return {"sh",
+            "-c",
+            download_piece_script,
+            "sh",
+            std::string(path),
+            std::to_string(index),
+            std::to_string(download_piece_bytes)};
+}
+
+}  // namespace kubesandbox::runtime_protocol
