@@ -49,7 +49,8 @@ struct FileDownloadResponse {
 // An error ends the upload with that error.
 using ByteSource = std::function<boost::asio::awaitable<Result<std::string_view>>()>;
 // Receives a file being downloaded, piece by piece (`data` is valid until the returned awaitable
-// completes; the next piece is read only then). Returning false stops the download.
+// completes; the next piece is read only then). Pieces are never empty, so an empty file calls it
+// no time. Returning false stops the download.
 using ByteSink = std::function<boost::asio::awaitable<bool>(std::string_view data)>;
 
 class Sandbox {

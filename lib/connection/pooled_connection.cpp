@@ -87,9 +87,15 @@ public:
             conn.stream.expires_after(left);
             if (streamed) {
                 if (auto failed = co_await write_streamed(conn, head, request)) {
+                    if (failed->source) {
+                        conn.stream.close();
+                        co_return fail(std::move(*failed->source));
+                    }
+                    // The server may have answered early (413, 401) and closed: its answer says more.
+                    auto early = co_await receive(conn, false, sink);
                     conn.stream.close();
-                    co_return fail(failed->source ? std::move(*failed->source)
-                                                  : transport_error(failed->ec, " (sending the body)"));
+                    if (early) co_return early->status;
+                    co_return fail(transport_error(failed->ec, " (sending the body)"));
                 }
             } else {
                 // Head and body in one gather write: one syscall, and one segment when they fit.
@@ -116,7 +122,9 @@ public:
                 co_return fail(transport_error(
                     received.error().ec, received.error().kind == Received::nothing ? "" : " (response cut short)"));
             }
-            if (received->keep_alive && conn.generation == generation()) {
+            // A connection opened for a streamed body is closed, not kept: it was opened beside
+            // the idle ones, which would otherwise grow by one per such request.
+            if (received->keep_alive && conn.generation == generation() && !streamed) {
                 pool_.give_back(std::move(conn));
             } else {
                 conn.stream.close();

@@ -3,6 +3,7 @@
 #include "sandbox/byte_streams.hpp"
 
 #include <algorithm>
+#include <optional>
 
 namespace kubesandbox {
 
@@ -38,15 +39,20 @@ ByteSource regrouped(ByteSource source, std::size_t piece_bytes) {
         std::string piece{};
         std::string_view pending{};  // the rest of the source's last piece
         bool ended = false;
+        std::optional<Error> failed{};  // given again to any later call
     };
     auto state = std::make_shared<State>(State{std::move(source), std::max<std::size_t>(piece_bytes, 1)});
     return [state]() -> asio::awaitable<Result<std::string_view>> {
         State& s = *state;
+        if (s.failed) co_return fail(*s.failed);
         s.piece.clear();
         while (s.piece.size() < s.piece_bytes && !s.ended) {
             if (s.pending.empty()) {
                 auto next = co_await s.source();
-                if (!next) co_return fail(next.error());
+                if (!next) {
+                    s.failed = next.error();
+                    co_return fail(next.error());
+                }
                 if (next->empty()) {
                     s.ended = true;
                     break;
@@ -65,17 +71,20 @@ ByteSource framed(std::string before, ByteSource source, std::string after) {
     struct State {
         std::string before, after;
         ByteSource source;
-        int stage = 0;  // 0: before, 1: the source, 2: after, 3: ended
+        int stage = 0;                  // 0: before, 1: the source, 2: after, 3: ended
+        std::optional<Error> failed{};  // given again to any later call
     };
     auto state = std::make_shared<State>(State{std::move(before), std::move(after), std::move(source)});
     return [state]() -> asio::awaitable<Result<std::string_view>> {
         State& s = *state;
+        if (s.failed) co_return fail(*s.failed);
         if (s.stage == 0) {
             s.stage = 1;
             if (!s.before.empty()) co_return std::string_view(s.before);
         }
         if (s.stage == 1) {
             auto piece = co_await s.source();
+            if (!piece) s.failed = piece.error();
             if (!piece || !piece->empty()) co_return piece;
             s.stage = 2;
         }
@@ -121,12 +130,11 @@ asio::awaitable<Result<FileDownloadResponse>> Sandbox::download_to(std::string p
     if (done->size() != 1) co_return fail(errc::invalid_response, "download_files gave no response for the file");
     FileDownloadResponse r = std::move(done->front());
     if (r.content) {
-        std::string_view rest = *r.content;
-        do {  // an empty file is one empty piece
+        for (std::string_view rest = *r.content; !rest.empty();) {
             const std::string_view piece = rest.substr(0, 1024 * 1024);
             if (!co_await sink(piece)) co_return fail(errc::cancelled, "the sink stopped the download of " + r.path);
             rest.remove_prefix(piece.size());
-        } while (!rest.empty());
+        }
         r.content.reset();
     }
     co_return r;

@@ -229,7 +229,10 @@ asio::awaitable<Result<FileDownloadResponse>> PodExecSandbox::download_to(std::s
     kube::ExecRunOptions run;
     auto errors = std::make_shared<std::string>();  // the script's stderr, for a failure's description
     run.on_output = [sink = std::move(sink), errors](int channel, std::string_view data) -> asio::awaitable<bool> {
-        if (channel == 1) co_return co_await sink(data);
+        if (channel == 1) {
+            if (data.empty()) co_return true;  // a sink sees no empty piece
+            co_return co_await sink(data);
+        }
         errors->append(data.substr(0, 4096 - std::min<std::size_t>(errors->size(), 4096)));
         co_return true;
     };

@@ -220,15 +220,15 @@ struct RouterSandbox::Internals {
     // (at most upload_piece_bytes, an empty one at the end): for paths the runtime does not
     // write, with raw mode's per-file errors, and through a link out of the base as raw mode does.
     static asio::awaitable<Result<FileUploadResponse>> upload_by_commands(RouterSandbox& self, std::string path,
-                                                                          steady_clock::time_point deadline,
                                                                           const ByteSource& pieces) {
         FileUploadResponse r{std::move(path), std::nullopt};
         for (bool first = true;; first = false) {
             auto piece = co_await pieces();
             if (!piece) co_return fail(piece.error());
             if (piece->empty() && !first) co_return r;  // an empty file still takes its one command
-            auto ran = co_await run(self, rp::execute_body(rp::upload_piece_argv(r.path, *piece, first)), deadline,
-                                    std::nullopt, 4096);
+            // Each piece has its own deadline: a streamed file has no size limit.
+            auto ran = co_await run(self, rp::execute_body(rp::upload_piece_argv(r.path, *piece, first)),
+                                    transfer_deadline(piece->size()), std::nullopt, 4096);
             if (!ran) co_return fail(ran.error());
             if (auto e = command_file_error(*ran)) {
                 r.error = std::move(e);
@@ -264,31 +264,42 @@ struct RouterSandbox::Internals {
             offset += piece.size();
             co_return piece;
         };
-        co_return co_await upload_by_commands(self, std::move(path), deadline, pieces);
+        co_return co_await upload_by_commands(self, std::move(path), pieces);
     }
 
     // `path` read by commands a piece at a time into `sink` (for paths the runtime does not
-    // serve), so a file of any size costs a piece of memory.
+    // serve), so a file of any size costs a piece of memory. Each piece tells the file's size:
+    // a piece cut short, or a size that changed, fails the download instead of ending it early.
     static asio::awaitable<Result<FileDownloadResponse>> download_by_commands(RouterSandbox& self, std::string path,
                                                                               const ByteSink& sink) {
         FileDownloadResponse r{std::move(path), std::nullopt, std::nullopt};
-        constexpr std::size_t piece = rp::download_piece_bytes;
+        constexpr std::size_t piece_bytes = rp::download_piece_bytes;
+        std::optional<std::uint64_t> total;
+        std::uint64_t received = 0;
         for (std::uint64_t index = 0;; ++index) {
-            auto ran = co_await run(self, rp::execute_body(rp::download_piece_argv(r.path, index)),
-                                    transfer_deadline(piece), std::nullopt, piece / 3 * 4 + piece / 32 + 64);
+            auto ran =
+                co_await run(self, rp::execute_body(rp::download_piece_argv(r.path, index)),
+                             transfer_deadline(piece_bytes), std::nullopt, piece_bytes / 3 * 4 + piece_bytes / 32 + 64);
             if (!ran) co_return fail(ran.error());
             if (auto e = command_file_error(*ran)) {
                 r.error = std::move(e);
                 co_return r;
             }
-            auto bytes = proto::base64_decode(ran->stdout_text);
-            if (!bytes || ran->truncated || bytes->size() > piece) {
-                r.error = "transfer failed: unreadable base64 from the sandbox";
+            auto piece = ran->truncated ? std::nullopt : rp::parse_download_piece(ran->stdout_text);
+            if (!piece) {
+                r.error = "transfer failed: unreadable answer from the sandbox";
                 co_return r;
             }
-            if (!bytes->empty() && !co_await sink(*bytes))
+            if (!total) total = piece->file_size;
+            const std::uint64_t expected = std::min<std::uint64_t>(piece_bytes, *total - received);
+            if (piece->file_size != *total || piece->bytes.size() != expected) {
+                r.error = "transfer failed: the file changed or could not be read during the download";
+                co_return r;
+            }
+            if (!piece->bytes.empty() && !co_await sink(piece->bytes))
                 co_return fail(errc::cancelled, "the sink stopped the download of " + r.path);
-            if (bytes->size() < piece) co_return r;
+            received += piece->bytes.size();
+            if (received == *total) co_return r;
         }
     }
 
@@ -455,7 +466,7 @@ asio::awaitable<Result<FileUploadResponse>> RouterSandbox::upload_from(std::stri
             }
         }
         if (!done)
-            done = co_await Internals::upload_by_commands(*this, std::move(path), deadline,
+            done = co_await Internals::upload_by_commands(*this, std::move(path),
                                                           sandbox::regrouped(std::move(held), rp::upload_piece_bytes));
     }
     if (*done && options_.on_activity) options_.on_activity();

@@ -4,6 +4,8 @@
 #include "files/text.hpp"
 #include "proto/kubeconfig.hpp"
 
+#include <charconv>
+
 namespace kubesandbox::runtime_protocol {
 
 MultipartFrame multipart_frame(std::string_view filename, std::string_view boundary) {
@@ -78,11 +80,14 @@ n=$(wc -c < "$p") || exit 20
 exec base64 < "$p"
 )SH";
 
-// $1 path, $2 piece index, $3 piece size: the piece's bytes in base64 (none past the end).
+// $1 path, $2 piece index, $3 piece size: the file's size on a line, then the piece's bytes in
+// base64. A piece cut short by a failed read shows against the size.
 constexpr const char* download_piece_script = R"SH(p=$1
 [ -d "$p" ] && exit 21
 [ -e "$p" ] || exit 22
 [ -r "$p" ] || exit 20
+[ -f "$p" ] || { echo "not a regular file" >&2; exit 24; }
+wc -c < "$p" || exit 20
 dd if="$p" bs="$3" skip="$2" count=1 2>/dev/null | base64
 )SH";
 
@@ -104,6 +109,20 @@ std::vector<std::string> download_piece_argv(std::string_view path, std::uint64_
             std::string(path),
             std::to_string(index),
             std::to_string(download_piece_bytes)};
+}
+
+std::optional<DownloadPiece> parse_download_piece(std::string_view stdout_text) {
+    const auto line_end = stdout_text.find('\n');
+    if (line_end == std::string_view::npos) return std::nullopt;
+    std::string_view size_text = stdout_text.substr(0, line_end);
+    while (!size_text.empty() && (size_text.front() == ' ' || size_text.front() == '\t')) size_text.remove_prefix(1);
+    DownloadPiece piece;
+    auto [end, ec] = std::from_chars(size_text.data(), size_text.data() + size_text.size(), piece.file_size);
+    if (ec != std::errc() || end != size_text.data() + size_text.size() || size_text.empty()) return std::nullopt;
+    auto bytes = proto::base64_decode(stdout_text.substr(line_end + 1));
+    if (!bytes) return std::nullopt;
+    piece.bytes = std::move(*bytes);
+    return piece;
 }
 
 }  // namespace kubesandbox::runtime_protocol

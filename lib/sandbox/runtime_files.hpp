@@ -40,9 +40,16 @@ std::optional<std::string> runtime_relative_name(std::string_view base, std::str
 inline constexpr std::size_t upload_piece_bytes = 64 * 1024;
 std::vector<std::string> upload_piece_argv(std::string_view path, std::string_view piece, bool first);
 std::vector<std::string> download_argv(std::string_view path, std::size_t max_bytes);
-// A download in pieces, for files of any size: piece `index` (from 0) of download_piece_bytes;
-// a shorter piece is the last.
+// A download in pieces, for files of any size: piece `index` (from 0) of download_piece_bytes,
+// with the file's size at that moment (parse_download_piece reads both). A non-regular file is
+// refused (exit 24), since it has no size to stop at.
 inline constexpr std::size_t download_piece_bytes = 1024 * 1024;
 std::vector<std::string> download_piece_argv(std::string_view path, std::uint64_t index);
+struct DownloadPiece {
+    std::uint64_t file_size = 0;
+    std::string bytes;
+};
+// nullopt when the output is not a size line and base64.
+std::optional<DownloadPiece> parse_download_piece(std::string_view stdout_text);
 
 }  // namespace kubesandbox::runtime_protocol

@@ -368,7 +368,8 @@ TEST_F(SandboxManagerTest, TheReaperSparesBusySandboxesAndForgetsReapedOnes) {
     });
 }
 
-// A lease's streamed transfers reach its sandbox, which the reaper spares while one lasts.
+// A lease's streamed transfers reach its sandbox, and one in flight keeps it busy by itself:
+// the lease is released while the upload waits on its source.
 TEST_F(SandboxManagerTest, AStreamedTransferKeepsItsSandboxBusy) {
     SandboxManagerOptions o;
     o.idle_ttl = 0s;
@@ -384,25 +385,25 @@ TEST_F(SandboxManagerTest, AStreamedTransferKeepsItsSandboxBusy) {
             std::lock_guard lock(world_->mutex);
             for (auto& [id, r] : world_->sandboxes) r.expired = true;
         }
-        auto ex = co_await asio::this_coro::executor;
+        bool source_waiting = false, source_go = false;
+        ByteSource held_back = [&, calls = 0]() mutable -> asio::awaitable<Result<std::string_view>> {
+            if (calls++ > 0) co_return std::string_view{};
+            source_waiting = true;
+            while (!source_go) co_await sleep_for(1ms);
+            co_return std::string_view("abc");
+        };
         std::optional<Result<FileUploadResponse>> uploaded;
         asio::co_spawn(
-            ex,
-            [&, held = std::move(*lease)]() mutable -> asio::awaitable<void> {
-                ByteSource slow = [calls = 0]() mutable -> asio::awaitable<Result<std::string_view>> {
-                    if (calls++ > 0) co_return std::string_view{};
-                    co_await sleep_for(50ms);
-                    co_return std::string_view("abc");
-                };
-                uploaded = co_await held.upload_from("/f", 3, slow);
-            },
+            co_await asio::this_coro::executor,
+            [&]() -> asio::awaitable<void> { uploaded = co_await lease->upload_from("/f", 3, held_back); },
             asio::detached);
-        co_await sleep_for(5ms);
+        while (!source_waiting) co_await sleep_for(1ms);
+        lease->release();  // only the upload in flight holds the sandbox now
         auto during = co_await m->cleanup();
         EXPECT_TRUE(during && during->deleted.empty());
-        while (!uploaded) co_await sleep_for(2ms);
+        source_go = true;
+        while (!uploaded) co_await sleep_for(1ms);
         EXPECT_TRUE(*uploaded && !(*uploaded)->error && (*uploaded)->path == "/f");
-        co_await sleep_for(2ms);
         auto after = co_await m->cleanup();
         EXPECT_TRUE(after && after->deleted.size() == 1u);
     });

@@ -1,6 +1,6 @@
 // The client side of the python-runtime protocol, without sockets.
-#include "sandbox/runtime_files.hpp"
 #include "sandbox/runtime_protocol.hpp"
+#include "sandbox/runtime_files.hpp"
 #include "sandbox/transfer_status.hpp"
 
 #include <boost/json/parse.hpp>
@@ -153,6 +153,13 @@ TEST(RuntimeProtocol, MultipartAndTransferResults) {
     auto frame = rp::multipart_frame("a/b.txt", "BOUND");
     EXPECT_EQ(frame.content_type, m.content_type);
     EXPECT_EQ(frame.before + "da\0ta"s + frame.after, m.body);
+    // A download piece: the file's size on a line (busybox pads it), then base64.
+    auto piece = rp::parse_download_piece("   5\naGVs\nbG8=\n");
+    EXPECT_TRUE(piece && piece->file_size == 5 && piece->bytes == "hello");
+    auto empty = rp::parse_download_piece("0\n");
+    EXPECT_TRUE(empty && empty->file_size == 0 && empty->bytes.empty());
+    for (std::string_view bad : {"", "aGVsbG8=", "x5\naGVsbG8=", "5\n!!", "-1\n", "99999999999999999999999\n"})
+        EXPECT_FALSE(rp::parse_download_piece(bad)) << bad;
     EXPECT_EQ(kubesandbox::transfer_error(0, ""), std::nullopt);
     EXPECT_EQ(kubesandbox::transfer_error(20, ""), "permission_denied");
     EXPECT_EQ(kubesandbox::transfer_error(21, ""), "is_directory");
