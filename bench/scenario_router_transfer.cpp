@@ -92,12 +92,7 @@ void scenario_router_transfer(asio::io_context& io, LocalCluster& cluster, const
                 router_request("GET /download/" + name + " HTTP/1.1", host_port, cluster.token(), sandbox_name, "", "");
             MinimalClient peer(host, port);
             for (int i = 0; i < sz.throughput_reps; ++i) {
-                std::size_t at = 0;
-                ByteSource source = [&]() -> asio::awaitable<Result<std::string_view>> {
-                    std::string_view piece = std::string_view(data).substr(at, 1 << 20);
-                    at += piece.size();
-                    co_return piece;
-                };
+                ByteSource source = memory_pieces(data);
                 double c0 = thread_cpu();
                 auto t0 = Clock::now();
                 auto sent = co_await routed->upload_from(path, data.size(), source);
@@ -108,19 +103,13 @@ void scenario_router_transfer(asio::io_context& io, LocalCluster& cluster, const
                                        (sent ? sent->error.value_or("?") : sent.error().describe()));
                     co_return;
                 }
-                std::size_t compared = 0;
-                bool same = true;
-                ByteSink sink = [&](std::string_view piece) -> asio::awaitable<bool> {
-                    same = same && std::string_view(data).substr(compared, piece.size()) == piece;
-                    compared += piece.size();
-                    co_return true;
-                };
+                ComparingSink compare(data);
                 c0 = thread_cpu();
                 t0 = Clock::now();
-                auto got = co_await routed->download_to(path, sink);
+                auto got = co_await routed->download_to(path, compare.sink());
                 down.push_back(seconds_since(t0));
                 down_cpu.push_back(thread_cpu() - c0);
-                if (!got || got->error || !same || compared != data.size()) {
+                if (!got || got->error || !compare.matches()) {
                     failures.push_back("scenario 12 (router): download_to: the bytes that came back differ");
                     co_return;
                 }

@@ -85,12 +85,7 @@ void scenario_transfer(asio::io_context& io, LocalCluster& cluster, const Env& e
                     co_return;
                 }
                 // The same file streamed: from memory in MiB pieces, into a sink that compares.
-                std::size_t at = 0;
-                ByteSource source = [&]() -> asio::awaitable<Result<std::string_view>> {
-                    std::string_view piece = std::string_view(data).substr(at, 1 << 20);
-                    at += piece.size();
-                    co_return piece;
-                };
+                ByteSource source = memory_pieces(data);
                 c0 = thread_cpu();
                 t0 = Clock::now();
                 auto streamed_up = co_await sb->upload_from(remote, data.size(), source);
@@ -101,19 +96,13 @@ void scenario_transfer(asio::io_context& io, LocalCluster& cluster, const Env& e
                                                                       : streamed_up.error().describe()));
                     co_return;
                 }
-                std::size_t compared = 0;
-                bool same = true;
-                ByteSink sink = [&](std::string_view piece) -> asio::awaitable<bool> {
-                    same = same && std::string_view(data).substr(compared, piece.size()) == piece;
-                    compared += piece.size();
-                    co_return true;
-                };
+                ComparingSink compare(data);
                 c0 = thread_cpu();
                 t0 = Clock::now();
-                auto streamed_down = co_await sb->download_to(remote, sink);
+                auto streamed_down = co_await sb->download_to(remote, compare.sink());
                 ours.stream_down.push_back(seconds_since(t0));
                 ours.stream_down_cpu.push_back(thread_cpu() - c0);
-                if (!streamed_down || streamed_down->error || !same || compared != data.size()) {
+                if (!streamed_down || streamed_down->error || !compare.matches()) {
                     failures.push_back("download_to: the bytes that came back differ from the upload");
                     co_return;
                 }

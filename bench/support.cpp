@@ -307,6 +307,25 @@ std::string transfer_payload(long long n) {
     return s;
 }
 
+ByteSource memory_pieces(const std::string& data) {
+    auto at = std::make_shared<std::size_t>(0);
+    return [&data, at]() -> asio::awaitable<Result<std::string_view>> {
+        std::string_view piece = std::string_view(data).substr(*at, 1 << 20);
+        *at += piece.size();
+        co_return piece;
+    };
+}
+
+ByteSink ComparingSink::sink() {
+    return [this](std::string_view piece) -> asio::awaitable<bool> {
+        same_ = same_ && std::string_view(data_).substr(compared_, piece.size()) == piece;
+        compared_ += piece.size();
+        co_return true;
+    };
+}
+
+bool ComparingSink::matches() const { return same_ && compared_ == data_.size(); }
+
 asio::awaitable<void> sleep_for(std::chrono::milliseconds d) {
     asio::steady_timer t(co_await asio::this_coro::executor);
     t.expires_after(d);

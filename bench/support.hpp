@@ -6,6 +6,7 @@
 #include <kubesandbox/kube_client.hpp>
 #include <kubesandbox/local_cluster.hpp>
 #include <kubesandbox/raw_provider.hpp>
+#include <kubesandbox/sandbox.hpp>
 
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -132,6 +133,19 @@ bool run_on(boost::asio::io_context& io, MakeAwaitable make, std::chrono::second
 // `n` bytes to move in transfer scenarios. Not all zeros: a transport that compressed or skipped
 // runs of zeros would look faster.
 std::string transfer_payload(long long n);
+// `data` (which must outlive it) in MiB pieces: a file streamed from memory.
+ByteSource memory_pieces(const std::string& data);
+// A download's sink that compares what it is handed with `data`.
+class ComparingSink {
+public:
+    explicit ComparingSink(const std::string& data) : data_(data) {}
+    ByteSink sink();       // valid while this object lives
+    bool matches() const;  // everything came, and it was `data`
+private:
+    const std::string& data_;
+    std::size_t compared_ = 0;
+    bool same_ = true;
+};
 
 boost::asio::awaitable<void> sleep_for(std::chrono::milliseconds d);
 ResourcePath pods_in(std::string ns);
