@@ -1,6 +1,7 @@
 // The local sandbox router's header contract and the sandbox runtime's request handling, without
 // sockets (shared/spec/agent-sandbox.md §3.1 and §4).
 #include "local/router_core.hpp"
+#include "local/runtime/multipart_reader.hpp"
 #include "local/runtime/runtime_core.hpp"
 
 #include <gtest/gtest.h>

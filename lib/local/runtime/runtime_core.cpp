@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 
 namespace kubesandbox::runtime {
 
@@ -168,114 +169,9 @@ std::string utf8_decode_error(std::string_view s) {
     return {};
 }
 
-std::optional<std::string> multipart_boundary(std::string_view content_type) {
-    auto semi = content_type.find(';');
-    std::string_view type = content_type.substr(0, semi);
-    while (!type.empty() && type.back() == ' ') type.remove_suffix(1);
-    std::string lower;
-    for (char c : type) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (lower != "multipart/form-data" || semi == std::string_view::npos) return std::nullopt;
-    std::string_view params = content_type.substr(semi + 1);
-    while (!params.empty()) {
-        auto next = params.find(';');
-        std::string_view param = params.substr(0, next);
-        params = next == std::string_view::npos ? std::string_view{} : params.substr(next + 1);
-        while (!param.empty() && param.front() == ' ') param.remove_prefix(1);
-        auto eq = param.find('=');
-        if (eq == std::string_view::npos) continue;
-        std::string key;
-        for (char c : param.substr(0, eq)) key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        if (key != "boundary") continue;
-        std::string_view value = param.substr(eq + 1);
-        if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
-        if (value.empty() || value.size() > 200) return std::nullopt;
-        return std::string(value);
-    }
-    return std::nullopt;
-}
-
-namespace {
-
-// A parameter of a Content-Disposition header: token or quoted-string (backslash escapes).
-std::optional<std::string> disposition_param(std::string_view header, std::string_view name) {
-    std::size_t pos = 0;
-    while (pos < header.size()) {
-        auto semi = header.find(';', pos);
-        if (semi == std::string_view::npos) return std::nullopt;
-        pos = semi + 1;
-        while (pos < header.size() && header[pos] == ' ') ++pos;
-        auto eq = header.find('=', pos);
-        if (eq == std::string_view::npos) return std::nullopt;
-        std::string key;
-        for (char c : header.substr(pos, eq - pos))
-            key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        std::size_t v = eq + 1;
-        std::string value;
-        if (v < header.size() && header[v] == '"') {
-            ++v;
-            while (v < header.size() && header[v] != '"') {
-                if (header[v] == '\\' && v + 1 < header.size()) ++v;
-                value += header[v++];
-            }
-            if (v >= header.size()) return std::nullopt;
-            ++v;
-        } else {
-            while (v < header.size() && header[v] != ';') value += header[v++];
-        }
-        if (key == name) return value;
-        pos = v;
-    }
-    return std::nullopt;
-}
-
-}  // namespace
-
-std::optional<std::vector<FormPart>> parse_multipart(std::string_view body, std::string_view boundary) {
-    std::string delimiter = "--" + std::string(boundary);
-    std::vector<FormPart> parts;
-    auto start = body.find(delimiter);
-    if (start == std::string_view::npos) return std::nullopt;
-    std::size_t pos = start + delimiter.size();
-    std::string next_delimiter = "\r\n" + delimiter;
-    while (true) {
-        if (body.substr(pos, 2) == "--") return parts;  // closing delimiter
-        if (body.substr(pos, 2) != "\r\n") return std::nullopt;
-        pos += 2;
-        auto head_end = body.find("\r\n\r\n", pos);
-        if (head_end == std::string_view::npos) return std::nullopt;
-        std::string_view head = body.substr(pos, head_end - pos);
-        auto data_start = head_end + 4;
-        auto data_end = body.find(next_delimiter, data_start);
-        if (data_end == std::string_view::npos) return std::nullopt;
-        FormPart part;
-        bool has_disposition = false;
-        std::size_t line_start = 0;
-        while (line_start <= head.size()) {
-            auto line_end = head.find("\r\n", line_start);
-            std::string_view line = head.substr(
-                line_start, line_end == std::string_view::npos ? std::string_view::npos : line_end - line_start);
-            auto colon = line.find(':');
-            if (colon != std::string_view::npos) {
-                std::string key;
-                for (char c : line.substr(0, colon))
-                    key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-                if (key == "content-disposition") {
-                    std::string_view value = line.substr(colon + 1);
-                    has_disposition = true;
-                    auto name = disposition_param(value, "name");
-                    if (!name) return std::nullopt;
-                    part.name = *name;
-                    part.filename = disposition_param(value, "filename");
-                }
-            }
-            if (line_end == std::string_view::npos) break;
-            line_start = line_end + 2;
-        }
-        if (!has_disposition) return std::nullopt;
-        part.data = std::string(body.substr(data_start, data_end - data_start));
-        parts.push_back(std::move(part));
-        pos = data_end + next_delimiter.size();
-    }
+std::string os_error_text(int err, std::string_view path) {
+    std::string quoted = python_list_repr({std::string(path)});
+    return "[Errno " + std::to_string(err) + "] " + std::strerror(err) + ": " + quoted.substr(1, quoted.size() - 2);
 }
 
 std::string join_below_base(std::string_view base, std::string_view path) {

@@ -1,7 +1,7 @@
 // Sans-IO parts of the local cluster's sandbox runtime: the HTTP API of agent-sandbox's
 // python-runtime (shared/spec/agent-sandbox.md §4) as pure functions. Command splitting as
-// POSIX shlex does it, multipart bodies, percent-decoding, strict UTF-8 with Python's error
-// text, and the JSON bodies. The server (sandbox_runtime.cpp) does the I/O.
+// POSIX shlex does it, percent-decoding, strict UTF-8 with Python's error text, and the JSON
+// bodies (multipart bodies: multipart_reader.hpp). The server (sandbox_runtime.cpp) does the I/O.
 #pragma once
 
 #include <cstddef>
@@ -26,21 +26,11 @@ std::string percent_decode(std::string_view s);
 // Python's repr() of a list of str, as in subprocess's TimeoutExpired text.
 std::string python_list_repr(const std::vector<std::string>& items);
 
+// "[Errno 2] No such file or directory: 'x'", as Python's OSError prints.
+std::string os_error_text(int err, std::string_view path);
+
 // Empty when `s` is valid UTF-8; otherwise Python's UnicodeDecodeError text.
 std::string utf8_decode_error(std::string_view s);
-
-// One part of a multipart/form-data body.
-struct FormPart {
-    std::string name;
-    std::optional<std::string> filename;
-    std::string data;
-};
-
-// The boundary parameter of a multipart/form-data Content-Type, or nullopt.
-std::optional<std::string> multipart_boundary(std::string_view content_type);
-
-// The parts of a multipart body; nullopt when it is not well formed.
-std::optional<std::vector<FormPart>> parse_multipart(std::string_view body, std::string_view boundary);
 
 // The base-relative form of a request path as the runtime joins it: leading '/' removed
 // (an absolute path means one below the base). The caller resolves symlinks and checks that

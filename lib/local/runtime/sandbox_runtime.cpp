@@ -2,33 +2,32 @@
 // speaks python-runtime's API (GET /, POST /execute, POST /upload, GET /download|list|exists/
 // {path}) so clients of the real runtime work unchanged, and needs no python3: it is a static
 // program the kubelet mounts into the pod. One thread, one io_context; commands run as children
-// in sessions of their own, their pipes read asynchronously.
+// in sessions of their own (run_command.hpp), and uploads are read as they arrive into a spool
+// (upload_spool.hpp).
 //
 //   kubesandbox-runtime [--host ADDR] [--port PORT]
 //   SANDBOX_BASE_DIR (default /app), SANDBOX_EXEC_TIMEOUT_SECONDS (default 300)
+#include "local/runtime/multipart_reader.hpp"
+#include "local/runtime/run_command.hpp"
 #include "local/runtime/runtime_core.hpp"
-#include "util/child_process.hpp"
+#include "local/runtime/upload_spool.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/file_posix.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/buffer_body.hpp>
+#include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/file_body.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
-#include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -40,8 +39,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <csignal>
 
@@ -49,26 +46,18 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using asio::ip::tcp;
-using namespace asio::experimental::awaitable_operators;
 using namespace kubesandbox::runtime;
 
 namespace {
 
 constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
-constexpr std::uint64_t max_request_body = std::uint64_t(1) << 30;
-constexpr std::size_t max_output = std::size_t(512) << 20;
+constexpr std::uint64_t max_request_body = std::uint64_t(1) << 30;  // except uploads, which stream
 
 struct Settings {
     std::string base;  // realpath of the base dir
     double exec_timeout = 300;
 };
 Settings settings;
-
-// "[Errno 2] No such file or directory: 'x'", as Python's OSError prints.
-std::string os_error_text(int err, const std::string& path) {
-    return "[Errno " + std::to_string(err) + "] " + std::strerror(err) + ": " +
-           python_list_repr({path}).substr(1, python_list_repr({path}).size() - 2);
-}
 
 // realpath() that also resolves a path whose last components do not exist yet (as Python's
 // os.path.realpath does): symlinks followed where they exist, the rest joined lexically.
@@ -118,169 +107,6 @@ http::response<http::string_body> json_response(unsigned status, std::string bod
     return res;
 }
 
-std::string format_seconds(double seconds) {
-    char buf[64];
-    if (seconds == std::floor(seconds)) {
-        std::snprintf(buf, sizeof buf, "%.1f", seconds);
-    } else {
-        std::snprintf(buf, sizeof buf, "%g", seconds);
-    }
-    return buf;
-}
-
-asio::awaitable<void> read_all(asio::posix::stream_descriptor& pipe, std::string& out, bool& overflow) {
-    char chunk[65536];
-    for (;;) {
-        auto [ec, n] = co_await pipe.async_read_some(asio::buffer(chunk), tuple_awaitable);
-        if (n > 0) {
-            if (out.size() + n > max_output) {
-                overflow = true;
-            } else {
-                out.append(chunk, n);
-            }
-        }
-        if (ec) co_return;
-    }
-}
-
-// Closes every descriptor from `first` up, except `keep`.
-void close_descriptors_from(int first, int keep) {
-    auto close_range = [](unsigned lo, unsigned hi) {
-        if (lo > hi) return;
-        if (::syscall(SYS_close_range, lo, hi, 0) == 0) return;
-        long max = ::sysconf(_SC_OPEN_MAX);
-        for (long fd = lo; fd <= std::min<long>(hi, max < 0 ? 65536 : max); ++fd) ::close(static_cast<int>(fd));
-    };
-    close_range(static_cast<unsigned>(first), static_cast<unsigned>(keep - 1));
-    close_range(static_cast<unsigned>(keep + 1), ~0U);
-}
-
-asio::awaitable<std::string> run_command(std::string command) {
-    auto failed = [](const std::string& why) { return execute_body("", "Failed to execute command: " + why, 1); };
-    auto split = shlex_split(command);
-    if (!split.error.empty()) co_return failed(split.error);
-    if (split.words.empty()) co_return failed("list index out of range");
-    std::vector<std::string>& words = split.words;
-
-    int out[2], err[2], report[2];
-    if (::pipe2(out, O_CLOEXEC) != 0) co_return failed(std::strerror(errno));
-    if (::pipe2(err, O_CLOEXEC) != 0) {
-        ::close(out[0]), ::close(out[1]);
-        co_return failed(std::strerror(errno));
-    }
-    if (::pipe2(report, O_CLOEXEC) != 0) {
-        ::close(out[0]), ::close(out[1]), ::close(err[0]), ::close(err[1]);
-        co_return failed(std::strerror(errno));
-    }
-    std::vector<char*> argv;
-    for (auto& w : words) argv.push_back(w.data());
-    argv.push_back(nullptr);
-    pid_t pid = ::fork();
-    if (pid == 0) {
-        ::setsid();
-        ::dup2(out[1], 1);
-        ::dup2(err[1], 2);
-        // Nothing else of the server's reaches the command (its listening socket would keep the
-        // port after the server dies), as with python-runtime, whose descriptors close on exec.
-        close_descriptors_from(3, report[1]);
-        int e = 0;
-        if (::chdir(settings.base.c_str()) != 0) {
-            e = errno;
-        } else {
-            ::signal(SIGPIPE, SIG_DFL);
-            ::execvp(argv[0], argv.data());
-            e = errno;
-        }
-        [[maybe_unused]] auto w = ::write(report[1], &e, sizeof e);
-        ::_exit(127);
-    }
-    ::close(out[1]), ::close(err[1]), ::close(report[1]);
-    if (pid < 0) {
-        ::close(out[0]), ::close(err[0]), ::close(report[0]);
-        co_return failed(std::strerror(errno));
-    }
-    auto ex = co_await asio::this_coro::executor;
-    asio::posix::stream_descriptor out_pipe(ex, out[0]), err_pipe(ex, err[0]), report_pipe(ex, report[0]);
-    int exec_errno = 0;
-    auto [rec, rn] =
-        co_await asio::async_read(report_pipe, asio::buffer(&exec_errno, sizeof exec_errno), tuple_awaitable);
-    int pidfd = kubesandbox::util::open_pidfd(pid);
-    std::optional<asio::posix::stream_descriptor> pidfd_stream;
-    if (pidfd >= 0) pidfd_stream.emplace(ex, pidfd);
-    if (rn == sizeof exec_errno) {
-        co_await kubesandbox::util::reap_child(pidfd_stream ? &*pidfd_stream : nullptr, pid);
-        co_return failed(os_error_text(exec_errno, words[0]));
-    }
-
-    std::string stdout_text, stderr_text;
-    bool overflow = false;
-    asio::steady_timer timer(ex);
-    timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(settings.exec_timeout)));
-    auto outcome = co_await ((read_all(out_pipe, stdout_text, overflow) && read_all(err_pipe, stderr_text, overflow)) ||
-                             timer.async_wait(tuple_awaitable));
-    bool timed_out = outcome.index() == 1;
-    if (timed_out) {
-        ::kill(-pid, SIGKILL);
-        ::kill(pid, SIGKILL);
-    }
-    out_pipe.close();
-    err_pipe.close();
-    auto status = co_await kubesandbox::util::reap_child(pidfd_stream ? &*pidfd_stream : nullptr, pid);
-    if (timed_out) {
-        co_return failed("Command '" + python_list_repr(words) + "' timed out after " +
-                         format_seconds(settings.exec_timeout) + " seconds");
-    }
-    if (overflow) co_return failed("output larger than " + std::to_string(max_output) + " bytes");
-    for (const std::string* text : {&stdout_text, &stderr_text}) {
-        if (auto why = utf8_decode_error(*text); !why.empty()) co_return failed(why);
-    }
-    int code = 0;
-    if (status && *status >= 0) {
-        if (WIFEXITED(*status)) code = WEXITSTATUS(*status);
-        if (WIFSIGNALED(*status)) code = -WTERMSIG(*status);
-    }
-    co_return execute_body(stdout_text, stderr_text, code);
-}
-
-http::response<http::string_body> upload(const http::request<http::string_body>& req) {
-    auto missing_file = [] {
-        return json_response(
-            422, R"({"detail":[{"loc":["body","file"],"msg":"field required","type":"value_error.missing"}]})");
-    };
-    auto boundary = multipart_boundary(req[http::field::content_type]);
-    if (!boundary) return missing_file();
-    auto parts = parse_multipart(req.body(), *boundary);
-    if (!parts) return missing_file();
-    for (auto& part : *parts) {
-        if (part.name != "file" || !part.filename) continue;
-        const std::string& name = *part.filename;
-        std::string target = resolve_path(join_below_base(settings.base, name));
-        if (!below_base(target)) return json_response(403, message_body("Access denied"));
-        // Parents first (mkdir -p), then the file.
-        for (std::size_t slash = target.find('/', settings.base.size() + 1); slash != std::string::npos;
-             slash = target.find('/', slash + 1)) {
-            ::mkdir(target.substr(0, slash).c_str(), 0755);
-        }
-        int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0) return json_response(500, message_body("File upload failed: " + os_error_text(errno, target)));
-        std::size_t done = 0;
-        while (done < part.data.size()) {
-            auto n = ::write(fd, part.data.data() + done, part.data.size() - done);
-            if (n < 0) {
-                if (errno == EINTR) continue;
-                int e = errno;
-                ::close(fd);
-                return json_response(500, message_body("File upload failed: " + os_error_text(e, target)));
-            }
-            done += static_cast<std::size_t>(n);
-        }
-        ::close(fd);
-        return json_response(200, message_body("File '" + name + "' uploaded successfully."));
-    }
-    return missing_file();
-}
-
 http::response<http::string_body> list_directory(const std::string& path) {
     std::string target =
         resolve_path(path.empty() || path == "." ? settings.base : join_below_base(settings.base, path));
@@ -316,6 +142,56 @@ asio::awaitable<bool> send(tcp::socket& socket, Response& res, bool keep_alive) 
     co_return !ec && keep_alive;
 }
 
+// The end of POST /upload, once the whole body is in the spool: the same checks and writes as
+// python-runtime makes after its form parser has read the body.
+http::response<http::string_body> finish_upload(UploadSpool& spool) {
+    const std::string& name = *spool.filename();
+    std::string target = resolve_path(join_below_base(settings.base, name));
+    if (!below_base(target)) return json_response(403, message_body("Access denied"));
+    if (spool.spool_error() != 0) {
+        return json_response(500, message_body("File upload failed: " + os_error_text(spool.spool_error(), target)));
+    }
+    // Parents first (mkdir -p), then the file.
+    for (std::size_t slash = target.find('/', settings.base.size() + 1); slash != std::string::npos;
+         slash = target.find('/', slash + 1)) {
+        ::mkdir(target.substr(0, slash).c_str(), 0755);
+    }
+    int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return json_response(500, message_body("File upload failed: " + os_error_text(errno, target)));
+    int error = spool.copy_to(fd);
+    ::close(fd);
+    if (error != 0) return json_response(500, message_body("File upload failed: " + os_error_text(error, target)));
+    return json_response(200, message_body("File '" + name + "' uploaded successfully."));
+}
+
+// POST /upload, its body read as it arrives; false when the connection is done.
+asio::awaitable<bool> upload(tcp::socket& socket, beast::flat_buffer& buffer,
+                             http::request_parser<http::empty_body>& head) {
+    bool keep_alive = head.get().keep_alive();
+    http::request_parser<http::buffer_body> parser(std::move(head));
+    parser.body_limit(boost::none);
+    auto boundary = multipart_boundary(parser.get()[http::field::content_type]);
+    MultipartReader reader(boundary.value_or(""));
+    UploadSpool spool({settings.base, "/tmp"});
+    // Read to the end even when the body is not multipart, so the next request starts in place.
+    std::vector<char> chunk(256 * 1024);
+    while (!parser.is_done()) {
+        parser.get().body().data = chunk.data();
+        parser.get().body().size = chunk.size();
+        auto [ec, n] = co_await http::async_read(socket, buffer, parser, tuple_awaitable);
+        if (ec && ec != http::error::need_buffer) co_return false;  // the body broke off: nothing written
+        std::size_t got = chunk.size() - parser.get().body().size;
+        if (boundary && got > 0) reader.feed(std::string_view(chunk.data(), got), spool);
+    }
+    if (!boundary || reader.finish() != MultipartReader::State::done || !spool.filename()) {
+        auto res = json_response(
+            422, R"({"detail":[{"loc":["body","file"],"msg":"field required","type":"value_error.missing"}]})");
+        co_return co_await send(socket, res, keep_alive);
+    }
+    auto res = finish_upload(spool);
+    co_return co_await send(socket, res, keep_alive);
+}
+
 asio::awaitable<bool> respond(tcp::socket& socket, http::request<http::string_body>& req) {
     bool keep_alive = req.keep_alive();
     Route route = route_request(std::string_view(req.method_string().data(), req.method_string().size()),
@@ -332,13 +208,12 @@ asio::awaitable<bool> respond(tcp::socket& socket, http::request<http::string_bo
                 auto res = json_response(422, malformed ? invalid_json_body() : missing_command_body());
                 co_return co_await send(socket, res, keep_alive);
             }
-            auto res = json_response(200, co_await run_command(std::move(*command)));
+            auto res =
+                json_response(200, co_await run_command(std::move(*command), settings.base, settings.exec_timeout));
             co_return co_await send(socket, res, keep_alive);
         }
-        case Route::Kind::upload: {
-            auto res = upload(req);
-            co_return co_await send(socket, res, keep_alive);
-        }
+        case Route::Kind::upload:  // served as it streams, by upload()
+            break;
         case Route::Kind::download: {
             std::string target = resolve_path(join_below_base(settings.base, route.path));
             if (!below_base(target)) {
@@ -398,11 +273,25 @@ asio::awaitable<bool> respond(tcp::socket& socket, http::request<http::string_bo
 asio::awaitable<void> serve(tcp::socket socket) {
     beast::flat_buffer buffer;
     for (;;) {
-        http::request_parser<http::string_body> parser;
-        parser.body_limit(max_request_body);
-        parser.header_limit(64 * 1024);
-        auto [ec, n] = co_await http::async_read(socket, buffer, parser, tuple_awaitable);
-        if (ec == http::error::body_limit) {
+        http::request_parser<http::empty_body> head;
+        head.header_limit(64 * 1024);
+        head.body_limit(boost::none);  // an upload has none; other bodies are held, so checked below
+        auto [ec, n] = co_await http::async_read_header(socket, buffer, head, tuple_awaitable);
+        if (ec) co_return;
+        auto method = head.get().method_string();
+        auto target = head.get().target();
+        auto kind = route_request(std::string_view(method.data(), method.size()),
+                                  std::string_view(target.data(), target.size()))
+                        .kind;
+        if (kind == Route::Kind::upload) {
+            if (!co_await upload(socket, buffer, head)) break;
+            continue;
+        }
+        bool too_large = head.content_length().value_or(0) > max_request_body;
+        http::request_parser<http::string_body> parser(std::move(head));
+        parser.body_limit(max_request_body);  // a chunked body, as it arrives
+        if (!too_large) std::tie(ec, n) = co_await http::async_read(socket, buffer, parser, tuple_awaitable);
+        if (too_large || ec == http::error::body_limit) {
             auto res = json_response(413, detail_body("Request body too large"));
             co_await send(socket, res, false);
             co_return;
