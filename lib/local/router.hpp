@@ -1,7 +1,7 @@
 // The local cluster's sandbox router: agent-sandbox's sandbox-router on a loopback port. It takes
 // a request with X-Sandbox-ID / -Namespace / -Port, finds the sandbox's pod (named like the
 // Sandbox) and relays the request to that port inside the pod's network namespace, streaming
-// the response back. Header rules live in router_core.hpp.
+// the request body there and the response back. Header rules live in router_core.hpp.
 #pragma once
 
 #include <kubesandbox/error.hpp>
@@ -20,7 +20,7 @@ namespace kubesandbox::local {
 struct RouterOptions {
     std::string token;  // required as a bearer token when non-empty (/healthz is exempt)
     std::chrono::milliseconds proxy_timeout{std::chrono::seconds(180)};
-    std::uint64_t max_request_body = std::uint64_t(512) * 1024 * 1024;
+    std::uint64_t max_request_body = 0;  // 0: no limit (bodies are relayed as they arrive, not held)
     std::chrono::milliseconds delay{0};  // added before relaying each request (tests: a slow router)
 };
 

@@ -197,8 +197,23 @@ printf 'line\n' >"$TMP/in.txt"
 A cp "$TMP/in.txt" "agent/1:/app/dir/in.txt" && A cp "agent/1:/app/dir/in.txt" "$TMP/back.txt" \
     && cmp -s "$TMP/in.txt" "$TMP/back.txt" && pass "agent-sandbox cp both ways" || fail "agent-sandbox cp"
 # Through the router too: 200 MB each way in the memory of `exec true` (upload as a request body
-# read from the file, download from the response as it arrives).
+# read from the file, download from the response as it arrives). The cluster side streams the
+# upload as well: the router (in kubesandbox-local) relays the body and the pod's runtime spools
+# it to disk, so neither grows by the file's size. Peaks are reset first (clear_refs 5).
+peak_mib() { awk '/^VmHWM/ {print int($2 / 1024)}' "/proc/$1/status" 2>/dev/null; }
+runtimes=$(pgrep -x sandbox-runtime | tr '\n' ' ')  # the runtime's name inside pods
+for p in $PID $runtimes; do echo 5 >"/proc/$p/clear_refs" 2>/dev/null; done
+local_before=$(peak_mib "$PID")
 read -r up_rc up_rss_mib <<<"$(measure_cli --mode agent-sandbox cp "$TMP/big.in" "agent/1:/app/big.bin")"
+local_after=$(peak_mib "$PID")
+runtime_peak=0
+for p in $runtimes; do m=$(peak_mib "$p"); [[ -n $m && $m -gt $runtime_peak ]] && runtime_peak=$m; done
+if [[ $up_rc == 0 && -n $local_before && -n $local_after && $((local_after - local_before)) -lt 64 &&
+      -n $runtimes && $runtime_peak -lt 64 ]]; then
+    pass "agent-sandbox upload streams through the router and runtime (cluster +$((local_after - local_before)) MiB, runtime peak ${runtime_peak} MiB)"
+else
+    fail "agent-sandbox upload on the cluster side (rc ${up_rc:-?}, cluster ${local_before:-?} -> ${local_after:-?} MiB, runtime peak ${runtime_peak} MiB of '${runtimes}')"
+fi
 read -r down_rc down_rss_mib <<<"$(measure_cli --mode agent-sandbox cp "agent/1:/app/big.bin" "$TMP/big.out")"
 if [[ $up_rc == 0 && $down_rc == 0 && -n ${base_rss_mib:-} && $((${up_rss_mib:-9999} - base_rss_mib)) -lt 64 &&
       $((${down_rss_mib:-9999} - base_rss_mib)) -lt 64 ]] && cmp -s "$TMP/big.in" "$TMP/big.out"; then

@@ -7,6 +7,14 @@
 
 #include "../support/byte_pieces.hpp"
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/write.hpp>
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -15,7 +23,38 @@
 namespace {
 namespace asio = boost::asio;
 using namespace kubesandbox;
+using asio::ip::tcp;
 using test::router::RouterSandboxTest;
+using namespace std::chrono_literals;
+
+// Raw HTTP/1.1 to the cluster's router, for what our clients never send (a body that stops).
+asio::awaitable<tcp::socket> connect_to_router(const std::string& url) {
+    tcp::socket socket(co_await asio::this_coro::executor);
+    auto port = static_cast<std::uint16_t>(std::stoi(url.substr(url.rfind(':') + 1)));
+    auto [ec] =
+        co_await socket.async_connect({asio::ip::make_address("127.0.0.1"), port}, asio::as_tuple(asio::use_awaitable));
+    EXPECT_FALSE(ec) << ec.message();
+    co_return socket;
+}
+
+// One response (Content-Length bodies only): its head and body, or empty on a broken connection.
+asio::awaitable<std::pair<std::string, std::string>> read_response(tcp::socket& socket, std::string& buffer) {
+    auto t = asio::as_tuple(asio::use_awaitable);
+    auto [ec, end] = co_await asio::async_read_until(socket, asio::dynamic_buffer(buffer), "\r\n\r\n", t);
+    if (ec) co_return std::pair<std::string, std::string>{};
+    std::string head = buffer.substr(0, end);
+    buffer.erase(0, end);
+    std::size_t length = 0;
+    if (auto at = head.find("Content-Length: "); at != std::string::npos) length = std::stoul(head.substr(at + 16));
+    if (buffer.size() < length) {
+        auto [rec, n] = co_await asio::async_read(socket, asio::dynamic_buffer(buffer),
+                                                  asio::transfer_exactly(length - buffer.size()), t);
+        if (rec) co_return std::pair<std::string, std::string>{};
+    }
+    std::string body = buffer.substr(0, length);
+    buffer.erase(0, length);
+    co_return std::pair{head, body};
+}
 
 TEST_F(RouterSandboxTest, TransfersInsideAndOutsideTheRuntimeBase) {
     options_.max_file_bytes = 3 * 1024 * 1024;
@@ -211,6 +250,78 @@ TEST_F(RouterSandboxTest, LargeFilesStreamWhereverTheyAre) {
         auto still = co_await sb->execute("echo fine");
         EXPECT_TRUE(still && still->output == "fine\n");
         co_await remove("rt-stream");
+    });
+}
+
+// The local router relays a body as it arrives and the runtime spools it, so a body that breaks
+// off leaves the target as it was (python-runtime writes only once its form parser has read
+// the whole body); and a request the router refuses keeps its connection when its body is read.
+TEST_F(RouterSandboxTest, ABodyThatBreaksOffWritesNothing) {
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await sandbox("rt-cut");
+        if (!sb) co_return;
+        std::vector<std::pair<std::string, std::string>> before{{"/app/kept.bin", "before\n"}};
+        auto put = co_await sb->upload_files(before);
+        EXPECT_TRUE(put && put->size() == 1 && !(*put)[0].error);
+        const std::string common = "Host: router\r\nAuthorization: Bearer " + cluster_->token() + "\r\n";
+        auto t = asio::as_tuple(asio::use_awaitable);
+        {
+            auto socket = co_await connect_to_router(cluster_->router_url());
+            const std::string part =
+                "--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"kept.bin\"\r\n\r\n";
+            const std::size_t announced = part.size() + (8u << 20) + std::string("\r\n--B--\r\n").size();
+            std::string request = "POST /upload HTTP/1.1\r\n" + common +
+                                  "X-Sandbox-ID: rt-cut\r\nContent-Type: multipart/form-data; boundary=B\r\n"
+                                  "Content-Length: " +
+                                  std::to_string(announced) + "\r\n\r\n" + part + std::string(3u << 20, 'z');
+            auto [ec, n] = co_await asio::async_write(socket, asio::buffer(request), t);
+            EXPECT_FALSE(ec) << ec.message();
+        }  // closed three MiB into an eight MiB file
+        co_await test::sleep_for(300ms);
+        auto kept = co_await sb->execute("cat /app/kept.bin; ls -A /app");
+        EXPECT_TRUE(kept && kept->output == "before\nkept.bin\n")
+            << (kept ? kept->output.substr(0, 200) : kept.error().describe());
+
+        // Refused with its body read: the same connection goes on.
+        auto socket = co_await connect_to_router(cluster_->router_url());
+        std::string refused = "POST /execute HTTP/1.1\r\n" + common +
+                              "X-Sandbox-ID: Not_A_Name\r\nContent-Type: application/json\r\n"
+                              "Content-Length: 18\r\n\r\n{\"command\":\"true\"}"
+                              "GET /healthz HTTP/1.1\r\nHost: router\r\n\r\n";
+        auto [ec, n] = co_await asio::async_write(socket, asio::buffer(refused), t);
+        EXPECT_FALSE(ec);
+        std::string buffer;
+        auto [head, body] = co_await read_response(socket, buffer);
+        EXPECT_TRUE(head.starts_with("HTTP/1.1 400")) << head;
+        EXPECT_EQ(body, R"({"detail":"Invalid sandbox ID format."})");
+        auto [health_head, health_body] = co_await read_response(socket, buffer);
+        EXPECT_TRUE(health_head.starts_with("HTTP/1.1 200")) << health_head;
+        EXPECT_EQ(health_body, R"({"status":"ok"})");
+        // Refused with more body than the router reads to keep a connection: the answer still
+        // arrives whole (the router reads on before it closes), then the connection ends.
+        auto big_socket = co_await connect_to_router(cluster_->router_url());
+        std::string unroutable = "POST /execute HTTP/1.1\r\n" + common +
+                                 "X-Sandbox-ID: no-such-sandbox\r\nContent-Length: " + std::to_string(3u << 20) +
+                                 "\r\n\r\n" + std::string(3u << 20, ' ');
+        bool written = false;
+        asio::co_spawn(
+            co_await asio::this_coro::executor,
+            [&]() -> asio::awaitable<void> {
+                co_await asio::async_write(big_socket, asio::buffer(unroutable), t);
+                written = true;
+            },
+            asio::detached);
+        std::string big_buffer;
+        auto [refused_head, refused_body] = co_await read_response(big_socket, big_buffer);
+        EXPECT_TRUE(refused_head.starts_with("HTTP/1.1 502")) << refused_head;
+        EXPECT_NE(refused_head.find("Connection: close"), std::string::npos) << refused_head;
+        EXPECT_EQ(refused_body, R"({"detail":"Could not connect to the backend sandbox: no-such-sandbox"})");
+        char rest[64];
+        auto [end_ec, end_n] = co_await big_socket.async_read_some(asio::buffer(rest), t);
+        EXPECT_EQ(end_ec, asio::error::eof);
+        for (int i = 0; i < 100 && !written; ++i) co_await test::sleep_for(20ms);
+        EXPECT_TRUE(written);
+        co_await remove("rt-cut");
     });
 }
 
