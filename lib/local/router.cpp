@@ -42,6 +42,34 @@ std::optional<std::string_view> header(const http::request<http::buffer_body>& r
 
 }  // namespace
 
+// Closes an upstream socket once its exchange has made no progress for `timeout`.
+struct Watchdog {
+    asio::steady_timer timer;
+    std::chrono::milliseconds timeout;
+    std::weak_ptr<tcp::socket> upstream;
+    std::chrono::steady_clock::time_point last_progress = std::chrono::steady_clock::now();
+    bool fired = false;
+
+    Watchdog(asio::any_io_executor executor, std::chrono::milliseconds t, const std::shared_ptr<tcp::socket>& socket)
+        : timer(std::move(executor)), timeout(t), upstream(socket) {}
+
+    void progress() { last_progress = std::chrono::steady_clock::now(); }
+
+    // The handler holds the watchdog, so it lives until the timer is cancelled or fires.
+    static void arm(const std::shared_ptr<Watchdog>& self) {
+        self->timer.expires_at(self->last_progress + self->timeout);
+        self->timer.async_wait([self](error_code ec) {
+            if (ec) return;
+            if (std::chrono::steady_clock::now() < self->last_progress + self->timeout) return arm(self);
+            self->fired = true;
+            if (auto s = self->upstream.lock()) {
+                error_code ignored;
+                s->close(ignored);
+            }
+        });
+    }
+};
+
 struct SandboxRouter::Impl : std::enable_shared_from_this<Impl> {
     asio::any_io_executor executor;
     RouterOptions options;
@@ -93,6 +121,7 @@ struct SandboxRouter::Impl : std::enable_shared_from_this<Impl> {
     }
 
     struct BodySent {
+        bool too_large = false;     // past max_request_body
         bool request_read = true;   // the client's request was read to its end
         bool upstream_took = true;  // the upstream took all of it
     };
@@ -101,7 +130,8 @@ struct SandboxRouter::Impl : std::enable_shared_from_this<Impl> {
     // sends it, so the router holds 256 KiB of a body, not the body (pieces of 64 KiB were about
     // a tenth slower in bench scenario 12).
     static asio::awaitable<BodySent> send_body(tcp::socket& client, beast::flat_buffer& buffer, RequestHead& parser,
-                                               tcp::socket& upstream, http::request<http::buffer_body>& out) {
+                                               tcp::socket& upstream, http::request<http::buffer_body>& out,
+                                               Watchdog& watchdog) {
         BodySent sent;
         std::size_t piece = parser.is_done() ? 0 : 256 * 1024;
         if (auto length = parser.content_length())
@@ -116,13 +146,16 @@ struct SandboxRouter::Impl : std::enable_shared_from_this<Impl> {
             parser.get().body().size = chunk.size();
             auto [ec, n] = co_await http::async_read(client, buffer, parser, tuple_awaitable);
             if (ec && ec != http::error::need_buffer) {
+                sent.too_large = ec == http::error::body_limit;
                 sent.request_read = false;
                 break;  // the client broke off: the upstream gets a short body and closes
             }
-            out.body().data = chunk.data();
             out.body().size = chunk.size() - parser.get().body().size;
+            // No data pointer for an empty piece: Beast 1.81 would write a chunked body's end twice.
+            out.body().data = out.body().size > 0 ? chunk.data() : nullptr;
             out.body().more = !parser.is_done();
             auto [wec, wn] = co_await http::async_write(upstream, serializer, tuple_awaitable);
+            watchdog.progress();
             if (wec && wec != http::error::need_buffer) {
                 // Gone, timed out, or it answered early and closed: the rest of the body is not
                 // read, so the client's connection ends after the answer.
@@ -189,23 +222,15 @@ struct SandboxRouter::Impl : std::enable_shared_from_this<Impl> {
             ~Untrack() { self.sockets.erase(id); }
         } untrack{*this, upstream_id};
 
-        // The deadline covers the whole exchange; when it passes the upstream socket is closed.
-        bool timed_out = false;
-        asio::steady_timer deadline(executor);
-        deadline.expires_after(to.timeout);
-        std::weak_ptr<tcp::socket> weak_upstream = upstream;
-        deadline.async_wait([weak_upstream, &timed_out](error_code ec) {
-            if (ec) return;
-            timed_out = true;
-            if (auto s = weak_upstream.lock()) {
-                error_code ignored;
-                s->close(ignored);
-            }
-        });
-        struct CancelDeadline {
-            asio::steady_timer& timer;
-            ~CancelDeadline() { timer.cancel(); }
-        } cancel_deadline{deadline};
+        // The upstream socket is closed when the exchange makes no progress for the timeout: the
+        // wait for an answer, or a stall while a body moves (httpx's timeouts upstream are per
+        // operation, so a long upload that keeps moving is not cut off).
+        auto watchdog = std::make_shared<Watchdog>(executor, to.timeout, upstream);
+        Watchdog::arm(watchdog);
+        struct StopWatchdog {
+            Watchdog& dog;
+            ~StopWatchdog() { dog.timer.cancel(); }
+        } stop_watchdog{*watchdog};
 
         http::request<http::buffer_body> out{method, req.target(), 11};
         std::string connection(header(req, "Connection").value_or(""));
@@ -224,7 +249,10 @@ struct SandboxRouter::Impl : std::enable_shared_from_this<Impl> {
             out.content_length(0);
         }
         out.keep_alive(false);
-        auto sent = co_await send_body(client, buffer, parser, *upstream, out);
+        auto sent = co_await send_body(client, buffer, parser, *upstream, out, *watchdog);
+        if (sent.too_large) {
+            co_return co_await reply(client, version, false, 413, router_detail_body("Request body too large."));
+        }
         if (!sent.request_read) keep_alive = false;  // the client's stream is out of step now
         beast::flat_buffer upstream_buffer;
         http::response_parser<http::buffer_body> response;
@@ -234,7 +262,7 @@ struct SandboxRouter::Impl : std::enable_shared_from_this<Impl> {
         std::tie(rec, std::ignore) =
             co_await http::async_read_header(*upstream, upstream_buffer, response, tuple_awaitable);
         if (rec) {
-            if (timed_out) {
+            if (watchdog->fired) {
                 co_return co_await reply(
                     client, version, keep_alive, 504,
                     router_detail_body("Timed out waiting for the backend sandbox: " + to.sandbox_id));
@@ -267,9 +295,10 @@ struct SandboxRouter::Impl : std::enable_shared_from_this<Impl> {
             response.get().body().size = sizeof chunk;
             auto [ec, n] = co_await http::async_read(*upstream, upstream_buffer, response, tuple_awaitable);
             if (ec && ec != http::error::need_buffer) co_return false;  // upstream died: cut the client off
-            res.body().data = chunk;
             res.body().size = sizeof chunk - response.get().body().size;
+            res.body().data = res.body().size > 0 ? chunk : nullptr;  // as in send_body
             res.body().more = !response.is_done();
+            watchdog->progress();
             auto [cec, cn] = co_await http::async_write(client, serializer, tuple_awaitable);
             if (cec && cec != http::error::need_buffer) co_return false;
         }
@@ -305,18 +334,17 @@ struct SandboxRouter::Impl : std::enable_shared_from_this<Impl> {
         beast::flat_buffer buffer;
         for (;;) {
             RequestHead parser;
-            if (options.max_request_body > 0) {
-                parser.body_limit(options.max_request_body);
-            } else {
-                parser.body_limit(boost::none);
-            }
+            parser.body_limit(boost::none);  // Beast would check Content-Length against it in the head
             parser.header_limit(64 * 1024);
             auto [ec, n] = co_await http::async_read_header(*client, buffer, parser, tuple_awaitable);
             if (ec || stopped) break;
-            if (options.max_request_body > 0 && parser.content_length().value_or(0) > options.max_request_body) {
-                co_await reply(*client, parser.get().version(), false, 413,
-                               router_detail_body("Request body too large."));
-                break;
+            if (options.max_request_body > 0) {
+                if (parser.content_length().value_or(0) > options.max_request_body) {
+                    co_await reply(*client, parser.get().version(), false, 413,
+                                   router_detail_body("Request body too large."));
+                    break;
+                }
+                parser.body_limit(options.max_request_body);  // a chunked body, as it arrives
             }
             if (!co_await relay(*client, buffer, parser)) break;
         }

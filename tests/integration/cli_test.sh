@@ -201,18 +201,35 @@ A cp "$TMP/in.txt" "agent/1:/app/dir/in.txt" && A cp "agent/1:/app/dir/in.txt" "
 # upload as well: the router (in kubesandbox-local) relays the body and the pod's runtime spools
 # it to disk, so neither grows by the file's size. Peaks are reset first (clear_refs 5).
 peak_mib() { awk '/^VmHWM/ {print int($2 / 1024)}' "/proc/$1/status" 2>/dev/null; }
-runtimes=$(pgrep -x sandbox-runtime | tr '\n' ' ')  # the runtime's name inside pods
-for p in $PID $runtimes; do echo 5 >"/proc/$p/clear_refs" 2>/dev/null; done
+# Only this cluster's runtimes (not those of clusters other tests may run at the same time).
+descends_from() {
+    local p=$1
+    while [[ -n $p && $p -gt 1 ]]; do
+        [[ $p == "$2" ]] && return 0
+        p=$(awk '/^PPid:/ {print $2}' "/proc/$p/status" 2>/dev/null)
+    done
+    return 1
+}
+runtimes=()
+for p in $(pgrep -x sandbox-runtime); do descends_from "$p" "$PID" && runtimes+=("$p"); done  # their name in pods
+declare -A runtime_before
+for p in $PID "${runtimes[@]}"; do echo 5 >"/proc/$p/clear_refs" 2>/dev/null; done
+for p in "${runtimes[@]}"; do runtime_before[$p]=$(peak_mib "$p"); done
 local_before=$(peak_mib "$PID")
 read -r up_rc up_rss_mib <<<"$(measure_cli --mode agent-sandbox cp "$TMP/big.in" "agent/1:/app/big.bin")"
 local_after=$(peak_mib "$PID")
-runtime_peak=0
-for p in $runtimes; do m=$(peak_mib "$p"); [[ -n $m && $m -gt $runtime_peak ]] && runtime_peak=$m; done
+runtime_growth=0
+for p in "${runtimes[@]}"; do
+    m=$(peak_mib "$p")
+    if [[ -n $m && -n ${runtime_before[$p]:-} && $((m - runtime_before[$p])) -gt $runtime_growth ]]; then
+        runtime_growth=$((m - runtime_before[$p]))
+    fi
+done
 if [[ $up_rc == 0 && -n $local_before && -n $local_after && $((local_after - local_before)) -lt 64 &&
-      -n $runtimes && $runtime_peak -lt 64 ]]; then
-    pass "agent-sandbox upload streams through the router and runtime (cluster +$((local_after - local_before)) MiB, runtime peak ${runtime_peak} MiB)"
+      ${#runtimes[@]} -gt 0 && $runtime_growth -lt 64 ]]; then
+    pass "agent-sandbox upload streams through the router and runtime (cluster +$((local_after - local_before)) MiB, runtimes +${runtime_growth} MiB at most)"
 else
-    fail "agent-sandbox upload on the cluster side (rc ${up_rc:-?}, cluster ${local_before:-?} -> ${local_after:-?} MiB, runtime peak ${runtime_peak} MiB of '${runtimes}')"
+    fail "agent-sandbox upload on the cluster side (rc ${up_rc:-?}, cluster ${local_before:-?} -> ${local_after:-?} MiB, runtimes +${runtime_growth} MiB of ${#runtimes[@]})"
 fi
 read -r down_rc down_rss_mib <<<"$(measure_cli --mode agent-sandbox cp "agent/1:/app/big.bin" "$TMP/big.out")"
 if [[ $up_rc == 0 && $down_rc == 0 && -n ${base_rss_mib:-} && $((${up_rss_mib:-9999} - base_rss_mib)) -lt 64 &&

@@ -205,6 +205,12 @@ TEST(UploadSpool, KeepsTheFirstFilePartInMemoryOrAnUnlinkedFile) {
         spool.on_data("one byte too many");
         EXPECT_EQ(spool.spool_error(), ENOENT);
     }
+    {
+        rt::UploadSpool spool({});  // no directory at all: an error, not data dropped
+        spool.on_part({"file", "big"});
+        spool.on_data(std::string(rt::UploadSpool::memory_limit + 1, 'x'));
+        EXPECT_EQ(spool.spool_error(), ENOENT);
+    }
     rt::UploadSpool none({dir.path.string()});
     none.on_part({"other", "f"});
     EXPECT_FALSE(none.filename());

@@ -127,11 +127,15 @@ MultipartReader::State MultipartReader::feed(std::string_view bytes, Events& eve
                 break;
             }
             case Phase::head: {
-                auto end = pending_.find("\r\n\r\n");
+                // Searched from where the last search stopped, so a head sent a byte at a time
+                // costs its length, not its length squared.
+                auto end = pending_.find("\r\n\r\n", head_scanned_);
                 if (end == std::string::npos) {
                     if (pending_.size() > max_head) return state_ = State::malformed;
+                    head_scanned_ = pending_.size() < 3 ? 0 : pending_.size() - 3;
                     return state_;
                 }
+                head_scanned_ = 0;
                 auto head = parse_part_head(std::string_view(pending_).substr(0, end));
                 if (!head) return state_ = State::malformed;
                 pending_.erase(0, end + 4);

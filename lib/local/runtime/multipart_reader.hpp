@@ -48,9 +48,10 @@ public:
 
 private:
     enum class Phase { preamble, after_delimiter, head, data };
-    std::string delimiter_;       // "--" boundary
-    std::string next_delimiter_;  // CRLF "--" boundary
-    std::string pending_;         // read but not yet reported
+    std::string delimiter_;         // "--" boundary
+    std::string next_delimiter_;    // CRLF "--" boundary
+    std::string pending_;           // read but not yet reported
+    std::size_t head_scanned_ = 0;  // how much of a pending head holds no blank line
     Phase phase_ = Phase::preamble;
     State state_ = State::reading;
 };

@@ -56,6 +56,7 @@ void UploadSpool::on_data(std::string_view data) {
         return;
     }
     if (file_ < 0) {
+        error_ = ENOENT;  // no directory to try
         for (const auto& directory : directories_) {
             file_ = anonymous_file(directory);
             if (file_ >= 0) break;
