@@ -27,15 +27,6 @@ namespace proto {
 
 namespace {
 
-int base64_value(char c) noexcept {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-}
-
 struct BioFree {
     void operator()(BIO* b) const noexcept { BIO_free(b); }
 };
@@ -48,66 +39,6 @@ BioPtr memory_bio(std::string_view data) {
 }
 
 }  // namespace
-
-std::optional<std::string> base64_decode(std::string_view in) {
-    std::string out;
-    out.reserve(in.size() / 4 * 3 + 3);
-    std::uint32_t acc = 0;
-    int bits = 0;
-    std::size_t symbols = 0;
-    std::size_t padding = 0;
-    for (char c : in) {
-        if (c == '\n' || c == '\r') continue;
-        if (c == '=') {
-            ++padding;
-            continue;
-        }
-        if (padding != 0) return std::nullopt;  // data after padding
-        int v = base64_value(c);
-        if (v < 0) return std::nullopt;
-        ++symbols;
-        acc = (acc << 6) | static_cast<std::uint32_t>(v);
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out.push_back(static_cast<char>((acc >> bits) & 0xff));
-        }
-    }
-    const std::size_t rem = symbols % 4;
-    if (rem == 1) return std::nullopt;
-    if (padding != 0 && (rem == 0 || rem + padding != 4)) return std::nullopt;
-    // Leftover bits must be zero in canonical encodings; be lenient like most decoders.
-    return out;
-}
-
-std::string base64_encode(std::string_view in) {
-    static constexpr char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::string out;
-    out.reserve((in.size() + 2) / 3 * 4);
-    std::size_t i = 0;
-    for (; i + 2 < in.size(); i += 3) {
-        const std::uint32_t n = (static_cast<unsigned char>(in[i]) << 16) |
-                                (static_cast<unsigned char>(in[i + 1]) << 8) | static_cast<unsigned char>(in[i + 2]);
-        out.push_back(alphabet[(n >> 18) & 63]);
-        out.push_back(alphabet[(n >> 12) & 63]);
-        out.push_back(alphabet[(n >> 6) & 63]);
-        out.push_back(alphabet[n & 63]);
-    }
-    if (i + 1 == in.size()) {
-        const std::uint32_t n = static_cast<unsigned char>(in[i]) << 16;
-        out.push_back(alphabet[(n >> 18) & 63]);
-        out.push_back(alphabet[(n >> 12) & 63]);
-        out += "==";
-    } else if (i + 2 == in.size()) {
-        const std::uint32_t n =
-            (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
-        out.push_back(alphabet[(n >> 18) & 63]);
-        out.push_back(alphabet[(n >> 12) & 63]);
-        out.push_back(alphabet[(n >> 6) & 63]);
-        out.push_back('=');
-    }
-    return out;
-}
 
 bool pem_has_certificates(std::string_view pem) {
     auto bio = memory_bio(pem);

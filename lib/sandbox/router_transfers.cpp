@@ -2,7 +2,7 @@
 // commands elsewhere, whole or streamed (see router_sandbox.hpp).
 #include "sandbox/router_internals.hpp"
 
-#include "proto/kubeconfig.hpp"
+#include "proto/base64.hpp"
 #include "sandbox/byte_streams.hpp"
 #include "sandbox/runtime_files.hpp"
 #include "sandbox/runtime_protocol.hpp"

@@ -2,7 +2,7 @@
 #include "sandbox/runtime_files.hpp"
 
 #include "files/text.hpp"
-#include "proto/kubeconfig.hpp"
+#include "proto/base64.hpp"
 
 #include <charconv>
 

@@ -1,7 +1,7 @@
 #include "sandbox/runtime_protocol.hpp"
 
 #include "files/text.hpp"
-#include "proto/kubeconfig.hpp"
+#include "proto/base64.hpp"
 
 #include <kubesandbox/sandbox.hpp>
 
@@ -298,17 +298,7 @@ namespace {
 
 // Base64 that may be cut anywhere (a capped stream): line breaks skipped, a partial last group
 // dropped. nullopt when something else than base64 is in it.
-std::optional<std::string> decode_prefix(std::string_view text) {
-    std::string compact;
-    compact.reserve(text.size());
-    for (char c : text) {
-        if (c != '\n' && c != '\r') compact += c;
-    }
-    if (compact.size() % 4 != 0) {
-        compact.resize(compact.size() - compact.size() % 4);
-    }
-    return proto::base64_decode(compact);
-}
+std::optional<std::string> decode_prefix(std::string_view text) { return proto::base64_decode_whole_groups(text); }
 
 }  // namespace
 

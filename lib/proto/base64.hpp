@@ -1,0 +1,21 @@
+// Standard base64 (RFC 4648 §4) for credentials in kubeconfigs and for the streams and files
+// that commands send back base64-encoded through the sandbox runtime. Sans-IO.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kubesandbox::proto {
+
+// Line breaks are skipped; padding is optional; anything else that is not in the alphabet makes
+// the input invalid (nullopt).
+std::optional<std::string> base64_decode(std::string_view in);
+
+// The same, except that an incomplete group of symbols at the end (output cut short) is left
+// out rather than decoded.
+std::optional<std::string> base64_decode_whole_groups(std::string_view in);
+
+std::string base64_encode(std::string_view in);
+
+}  // namespace kubesandbox::proto
