@@ -49,6 +49,7 @@ struct Watchdog {
     std::weak_ptr<tcp::socket> upstream;
     std::chrono::steady_clock::time_point last_progress = std::chrono::steady_clock::now();
     bool fired = false;
+    bool done = false;  // the exchange is over: a handler already queued does nothing
 
     Watchdog(asio::any_io_executor executor, std::chrono::milliseconds t, const std::shared_ptr<tcp::socket>& socket)
         : timer(std::move(executor)), timeout(t), upstream(socket) {}
@@ -59,7 +60,7 @@ struct Watchdog {
     static void arm(const std::shared_ptr<Watchdog>& self) {
         self->timer.expires_at(self->last_progress + self->timeout);
         self->timer.async_wait([self](error_code ec) {
-            if (ec) return;
+            if (ec || self->done) return;
             if (std::chrono::steady_clock::now() < self->last_progress + self->timeout) return arm(self);
             self->fired = true;
             if (auto s = self->upstream.lock()) {
@@ -145,6 +146,7 @@ struct SandboxRouter::Impl : std::enable_shared_from_this<Impl> {
             parser.get().body().data = chunk.data();
             parser.get().body().size = chunk.size();
             auto [ec, n] = co_await http::async_read(client, buffer, parser, tuple_awaitable);
+            watchdog.progress();  // a slow client is not the upstream's stall
             if (ec && ec != http::error::need_buffer) {
                 sent.too_large = ec == http::error::body_limit;
                 sent.request_read = false;
@@ -229,7 +231,10 @@ struct SandboxRouter::Impl : std::enable_shared_from_this<Impl> {
         Watchdog::arm(watchdog);
         struct StopWatchdog {
             Watchdog& dog;
-            ~StopWatchdog() { dog.timer.cancel(); }
+            ~StopWatchdog() {
+                dog.done = true;
+                dog.timer.cancel();
+            }
         } stop_watchdog{*watchdog};
 
         http::request<http::buffer_body> out{method, req.target(), 11};
@@ -300,6 +305,7 @@ struct SandboxRouter::Impl : std::enable_shared_from_this<Impl> {
             res.body().more = !response.is_done();
             watchdog->progress();
             auto [cec, cn] = co_await http::async_write(client, serializer, tuple_awaitable);
+            watchdog->progress();  // nor is a slow reader
             if (cec && cec != http::error::need_buffer) co_return false;
         }
         if (!serializer.is_done()) {

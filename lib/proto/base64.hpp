@@ -12,8 +12,9 @@ namespace kubesandbox::proto {
 // the input invalid (nullopt).
 std::optional<std::string> base64_decode(std::string_view in);
 
-// The same, except that an incomplete group of symbols at the end (output cut short) is left
-// out rather than decoded.
+// For output that may be cut anywhere: line breaks skipped, an incomplete group of symbols at
+// the end left out rather than decoded, '=' taken as filling a group without the padding rules.
+// nullopt when anything else than base64 is in it, the incomplete group included.
 std::optional<std::string> base64_decode_whole_groups(std::string_view in);
 
 std::string base64_encode(std::string_view in);

@@ -115,6 +115,8 @@ TEST(Base64, FastPathDecodesAsOneSymbolAtATime) {
     EXPECT_EQ(ks::proto::base64_decode_whole_groups("YQ=="), "a");
     EXPECT_EQ(ks::proto::base64_decode_whole_groups("YWJjZA"), "abc");
     EXPECT_FALSE(ks::proto::base64_decode_whole_groups("YW*jYWJj"));
+    EXPECT_FALSE(ks::proto::base64_decode_whole_groups("YWJjY!"));  // checked to the end
+    EXPECT_FALSE(ks::proto::base64_decode_whole_groups("YQ==Y"));   // data after padding
 }
 
 TEST(Base64, LargeWrappedStreams) {
