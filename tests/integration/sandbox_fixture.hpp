@@ -56,9 +56,13 @@ protected:
     // run(), and deletes the sandbox once it returns (not if it throws or overruns the bound).
     template <class Body>
     void with_sandbox(Body body) {
+        with_sandbox(GetOrCreateOptions{}, std::move(body));
+    }
+    template <class Body>
+    void with_sandbox(GetOrCreateOptions options, Body body) {
         auto p = provider();
         run([&]() -> asio::awaitable<void> {
-            auto sb = co_await p.get_or_create_pod();
+            auto sb = co_await p.get_or_create_pod(options);
             EXPECT_TRUE(sb.has_value()) << (sb ? "" : sb.error().describe());
             if (!sb) co_return;
             co_await body(**sb);

@@ -254,9 +254,13 @@ asio::awaitable<std::string> download_one(Sandbox& s, std::string path) {
 // Files up to 1 MiB go up and down through a free shell session, byte for byte and with the same
 // errors; larger ones take execs of their own. A fault on every exec whose URL names a test file
 // tells which way each one went. (One file at a time: files moved at once beyond the free
-// sessions take execs of their own too.)
+// sessions take execs of their own too.) The pod is named ksb-t-... so that a fault matching the
+// pod's name as well would show.
 TEST_F(SandboxTest, FilesUpToAMebibyteMoveThroughSessionsAndLargerOnesThroughExecsOfTheirOwn) {
-    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
+    GetOrCreateOptions named;
+    named.sandbox_id = "t-session-files-" + std::to_string(::getpid());
+    with_sandbox(named, [&](PodExecSandbox& s) -> asio::awaitable<void> {
+        EXPECT_EQ(s.pod_name().rfind("ksb-t-", 0), 0u) << s.pod_name();
         auto made = co_await s.execute(
             "mkdir -p /tmp/ksb-t && head -c 1048576 /dev/zero | tr '\\0' a > /tmp/ksb-t/mib && "
             "head -c 1048577 /dev/zero | tr '\\0' b > /tmp/ksb-t/mib1");
