@@ -21,11 +21,14 @@ namespace kubesandbox {
 
 struct AgentSandboxProviderOptions {
     std::string namespace_name{"default"};
-    // The claim's spec.warmPoolRef (v1beta1, agent-sandbox ≥ 0.5). With `template_name` set
-    // instead, claims use the older spec.sandboxTemplateRef shape (v1alpha1 controllers).
+    // The claim's spec.warmPoolRef (v1beta1, agent-sandbox ≥ 0.5). With `template_name` set,
+    // claims name the template (spec.sandboxTemplateRef, v1alpha1) where the cluster serves
+    // v1alpha1, else the pool in the namespace that serves the template (warm_pool when it does);
+    // an empty warm_pool with a template asks v1alpha1 for a cold start (spec.warmpool "none").
     std::string warm_pool{"python-runtime"};
     std::string template_name{};
-    std::string claim_api_version{"v1beta1"};
+    // Empty: chosen from the versions the cluster serves (one discovery read, kept).
+    std::string claim_api_version{};
     std::shared_ptr<RouterConnection> connection{};  // how requests reach the router (unless *_to_pods)
     // No router: each sandbox is reached through its own port-forward tunnel (through the API
     // server, make_tunnel_connection) to runtime_port in its pod, the Sandbox's namesake

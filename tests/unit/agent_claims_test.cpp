@@ -16,7 +16,8 @@ TEST(AgentClaims, BuildsTheV1beta1ClaimWithLifecycleAndPodMetadata) {
     o.pod_labels = {{"team", "a"}};
     o.env = {{"A", "1"}};
     auto now = std::chrono::system_clock::time_point(std::chrono::seconds(1787392800));  // 2026-08-22T10:00:00Z
-    auto c = as::build_claim(o, "ksb-x", json::object{{"k", "v"}}, json::object{{"n", "m"}}, 3600, now);
+    as::ClaimShape pool{"v1beta1", "pool", "", false};
+    auto c = as::build_claim(o, pool, "ksb-x", json::object{{"k", "v"}}, json::object{{"n", "m"}}, 3600, now);
     EXPECT_EQ(c.at("apiVersion"), "extensions.agents.x-k8s.io/v1beta1");
     EXPECT_EQ(c.at("metadata").at("labels").at("k"), "v");
     EXPECT_EQ(c.at("metadata").at("labels").at("agents.x-k8s.io/created-by"), "kubesandbox");
@@ -26,14 +27,75 @@ TEST(AgentClaims, BuildsTheV1beta1ClaimWithLifecycleAndPodMetadata) {
     EXPECT_EQ(c.at("spec").at("additionalPodMetadata").at("labels").at("team"), "a");
     EXPECT_EQ(json::serialize(c.at("spec").at("env")), R"([{"name":"A","value":"1"}])");
     // A TTL is never cut short by the timestamp's whole seconds: 1 s from 10:00:00.9 ends at 10:00:02.
-    auto late = as::build_claim(o, "ksb-x", {}, {}, 1, now + std::chrono::milliseconds(900));
+    auto late = as::build_claim(o, pool, "ksb-x", {}, {}, 1, now + std::chrono::milliseconds(900));
     EXPECT_EQ(late.at("spec").at("lifecycle").at("shutdownTime"), "2026-08-22T10:00:02Z");
-    o.template_name = "tmpl";
-    o.claim_api_version = "v1alpha1";
-    auto old = as::build_claim(o, "ksb-x", {}, {}, std::nullopt, now);
+    auto old = as::build_claim(o, as::ClaimShape{"v1alpha1", "", "tmpl", false}, "ksb-x", {}, {}, std::nullopt, now);
     EXPECT_EQ(old.at("apiVersion"), "extensions.agents.x-k8s.io/v1alpha1");
     EXPECT_EQ(json::serialize(old.at("spec").at("sandboxTemplateRef")), R"({"name":"tmpl"})");
+    EXPECT_EQ(old.at("spec").at("warmpool"), "default");
+    EXPECT_FALSE(old.at("spec").as_object().contains("warmPoolRef"));
     EXPECT_FALSE(old.at("spec").as_object().contains("lifecycle"));
+    auto cold = as::build_claim(o, as::ClaimShape{"v1alpha1", "", "tmpl", true}, "ksb-x", {}, {}, std::nullopt, now);
+    EXPECT_EQ(cold.at("spec").at("warmpool"), "none");
+    auto named = as::build_claim(o, as::ClaimShape{"v1alpha1", "p", "tmpl", false}, "ksb-x", {}, {}, std::nullopt, now);
+    EXPECT_EQ(named.at("spec").at("warmpool"), "p");
+}
+
+// Which claim a cluster takes: v1beta1 names a pool, v1alpha1 a template (agent-sandbox.md §0).
+TEST(AgentClaims, ChoosesTheClaimShapeFromWhatTheClusterServes) {
+    kubesandbox::AgentSandboxProviderOptions o;
+    o.warm_pool = "python-runtime";
+    auto group = json::parse(R"({"kind":"APIGroup","name":"extensions.agents.x-k8s.io","versions":[
+        {"groupVersion":"extensions.agents.x-k8s.io/v1beta1","version":"v1beta1"},
+        {"groupVersion":"extensions.agents.x-k8s.io/v1alpha1","version":"v1alpha1"}, 7]})");
+    const std::vector<std::string> both = as::served_versions(group.as_object());
+    EXPECT_EQ(both, (std::vector<std::string>{"v1beta1", "v1alpha1"}));
+    const std::vector<std::string> beta{"v1beta1"}, alpha{"v1alpha1"}, future{"v2"};
+    auto version = [&](const std::vector<std::string>& served) {
+        auto v = as::choose_claim_version(o, served);
+        return v ? *v : "error: " + v.error().describe();
+    };
+    EXPECT_EQ(version(both), "v1beta1");
+    EXPECT_EQ(version(beta), "v1beta1");
+    EXPECT_EQ(version(alpha), "v1alpha1");  // controllers before 0.5
+    EXPECT_NE(version({}).find("is agent-sandbox installed"), std::string::npos);
+    EXPECT_NE(version(future).find("serves v2"), std::string::npos);
+    o.template_name = "tmpl";
+    EXPECT_EQ(version(both), "v1alpha1");  // only it names a template
+    EXPECT_EQ(version(beta), "v1beta1");   // 1.0: through a pool of that template
+    o.claim_api_version = "v1beta1";
+    EXPECT_EQ(version(alpha), "v1beta1");  // the option wins
+
+    // The pools of a namespace: which serves the template, which template a pool serves.
+    auto pools = json::parse(R"([
+        {"metadata":{"name":"z-pool"},"spec":{"sandboxTemplateRef":{"name":"tmpl"}}},
+        {"metadata":{"name":"a-pool"},"spec":{"sandboxTemplateRef":{"name":"tmpl"}}},
+        {"metadata":{"name":"python-runtime"},"spec":{"sandboxTemplateRef":{"name":"python"}}},
+        {"metadata":{"name":"broken"}}, "junk"])")
+                     .as_array();
+    auto shape = [&](const kubesandbox::AgentSandboxProviderOptions& opts, const std::string& v) {
+        EXPECT_EQ(as::shape_needs_pools(opts, v), (v == "v1alpha1") == opts.template_name.empty());
+        auto s = as::complete_claim_shape(opts, v, pools);
+        if (!s) return "error: " + s.error().describe();
+        return s->api_version + " pool=" + s->warm_pool + " template=" + s->template_name + (s->cold ? " cold" : "");
+    };
+    EXPECT_EQ(shape(o, "v1beta1"), "v1beta1 pool=a-pool template=");  // the first by name
+    o.warm_pool = "z-pool";
+    EXPECT_EQ(shape(o, "v1beta1"), "v1beta1 pool=z-pool template=");  // the one asked for
+    o.template_name = "nobody-serves-this";
+    EXPECT_NE(shape(o, "v1beta1").find("no SandboxWarmPool in default serves template nobody-serves-this"),
+              std::string::npos);
+    EXPECT_EQ(shape(o, "v1alpha1"), "v1alpha1 pool= template=nobody-serves-this");
+    o.warm_pool.clear();
+    EXPECT_EQ(shape(o, "v1alpha1"), "v1alpha1 pool= template=nobody-serves-this cold");
+    o.template_name.clear();
+    EXPECT_NE(shape(o, "v1beta1").find("set a warm pool"), std::string::npos);
+    EXPECT_NE(shape(o, "v1alpha1").find("set a template or a warm pool"), std::string::npos);
+    o.warm_pool = "python-runtime";
+    EXPECT_EQ(shape(o, "v1beta1"), "v1beta1 pool=python-runtime template=");
+    EXPECT_EQ(shape(o, "v1alpha1"), "v1alpha1 pool=python-runtime template=python");
+    o.warm_pool = "broken";
+    EXPECT_NE(shape(o, "v1alpha1").find("no SandboxWarmPool broken with a template"), std::string::npos);
 }
 
 TEST(AgentClaims, ReadsReadinessAndTerminalReasons) {

@@ -1,6 +1,7 @@
 // AgentSandboxProvider: SandboxClaims through the API, the data plane through a router.
 #include <kubesandbox/agent_sandbox_provider.hpp>
 
+#include "proto/status.hpp"
 #include "proto/validation.hpp"
 #include "providers/agent_sandbox/claims.hpp"
 #include "providers/raw/manifests.hpp"
@@ -15,6 +16,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/json/parse.hpp>
 
 #include <algorithm>
 #include <mutex>
@@ -23,6 +25,7 @@ namespace kubesandbox {
 
 namespace asio = boost::asio;
 namespace json = boost::json;
+using agent_sandbox::ClaimShape;
 using agent_sandbox::ClaimState;
 using std::chrono::steady_clock;
 using std::chrono::system_clock;
@@ -35,12 +38,71 @@ struct AgentSandboxProvider::State {
     AgentSandboxProviderOptions options;
     std::mutex mutex;
     std::map<std::string, steady_clock::time_point> activity_sent;  // claim name -> last PATCH
+    std::optional<std::string> version;                             // the claims' API version, once known
+    std::optional<ClaimShape> shape;                                // dropped when the pool or template went
 };
 
 namespace {
 
 using StatePtr = std::shared_ptr<AgentSandboxProvider::State>;
 constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+
+// The claims' API version: the option, or the cluster's choice read once from discovery.
+asio::awaitable<Result<std::string>> claim_version(StatePtr st) {
+    {
+        std::lock_guard lock(st->mutex);
+        if (st->version) co_return *st->version;
+    }
+    std::vector<std::string> served;
+    if (st->options.claim_api_version.empty()) {
+        auto got = co_await st->client.request("GET", std::string("/apis/") + agent_sandbox::claims_group);
+        if (!got) co_return fail(got.error());
+        if (got->status == 200) {
+            boost::system::error_code ec;
+            auto doc = json::parse(got->body, ec);
+            if (ec || !doc.is_object())
+                co_return fail(errc::invalid_response,
+                               std::string("unreadable discovery document of ") + agent_sandbox::claims_group);
+            served = agent_sandbox::served_versions(doc.get_object());
+        } else if (got->status != 404) {
+            co_return fail(proto::error_from_response(got->status, got->content_type, got->body));
+        }
+    }
+    auto version = agent_sandbox::choose_claim_version(st->options, served);
+    if (!version) co_return fail(version.error());
+    std::lock_guard lock(st->mutex);
+    st->version = *version;
+    co_return *version;
+}
+
+// What a new claim names (pool or template), read from the namespace's pools when the options
+// name the other one.
+asio::awaitable<Result<ClaimShape>> claim_shape(StatePtr st) {
+    {
+        std::lock_guard lock(st->mutex);
+        if (st->shape) co_return *st->shape;
+    }
+    auto version = co_await claim_version(st);
+    if (!version) co_return fail(version.error());
+    json::array pools;
+    if (agent_sandbox::shape_needs_pools(st->options, *version)) {
+        ResourcePath p{agent_sandbox::claims_group, *version, "sandboxwarmpools", st->options.namespace_name, ""};
+        auto page = co_await st->client.list(p);
+        if (!page) co_return fail(page.error());
+        pools = std::move(page->items);
+    }
+    auto shape = agent_sandbox::complete_claim_shape(st->options, *version, pools);
+    if (!shape) co_return fail(shape.error());
+    std::lock_guard lock(st->mutex);
+    st->shape = *shape;
+    co_return *shape;
+}
+
+asio::awaitable<Result<ResourcePath>> claims_path(StatePtr st) {
+    auto version = co_await claim_version(st);
+    if (!version) co_return fail(version.error());
+    co_return agent_sandbox::claims_path(st->options.namespace_name, *version);
+}
 
 // Raw mode's identity rules (reserved keys, sanitised values, originals kept) for the claim.
 RawProviderOptions identity_options(const AgentSandboxProviderOptions& o) {
@@ -94,16 +156,16 @@ void record_claim_activity(const StatePtr& st, const std::string& claim) {
         if (last != steady_clock::time_point{} && now - last < st->options.activity_debounce) return;
         last = now;
     }
-    ResourcePath p = agent_sandbox::claims_path(st->options);
-    p.name = claim;
     json::object body{
         {"metadata", json::object{{"annotations", json::object{{keys::last_activity, util::now_rfc3339()}}}}}};
     asio::co_spawn(
         st->client.get_executor(),
-        [st, p, body]() mutable -> asio::awaitable<void> {
-            auto r = co_await st->client.patch(p, json::value(std::move(body)), PatchType::merge);
+        [st, claim, body]() mutable -> asio::awaitable<void> {
+            auto p = co_await claims_path(st);
+            auto r = p ? co_await st->client.patch(p->with_name(claim), json::value(std::move(body)), PatchType::merge)
+                       : Result<json::object>(fail(p.error()));
             if (!r && !r.error().is(errc::not_found))
-                st->options.logger.warning("agent-sandbox: recording activity of " + p.name + ": " +
+                st->options.logger.warning("agent-sandbox: recording activity of " + claim + ": " +
                                            r.error().describe());
         },
         asio::detached);
@@ -150,7 +212,9 @@ std::unique_ptr<Sandbox> make_sandbox(const StatePtr& st, const std::string& cla
 // until the claim `uid` names is ready, has failed for good, or the deadline passes.
 asio::awaitable<Result<ClaimState>> wait_ready(StatePtr st, std::string claim, std::string uid,
                                                std::string resource_version, steady_clock::time_point deadline) {
-    ResourcePath path = agent_sandbox::claims_path(st->options);
+    auto claims = co_await claims_path(st);
+    if (!claims) co_return fail(claims.error());
+    ResourcePath path = *claims;
     auto deleted = [] {
         ClaimState gone;
         gone.kind = ClaimState::Kind::failed;
@@ -229,11 +293,11 @@ asio::awaitable<Result<ClaimState>> wait_ready(StatePtr st, std::string claim, s
 
 // Deletes the claim `uid` names: a claim made again under its name by another caller meanwhile stays.
 asio::awaitable<void> delete_quietly(StatePtr st, std::string claim, std::string uid) {
-    ResourcePath p = agent_sandbox::claims_path(st->options);
-    p.name = claim;
+    auto p = co_await claims_path(st);
+    if (!p) co_return;  // only after the version was known: not reached
     DeleteOptions options;
     options.precondition_uid = std::move(uid);
-    co_await st->client.remove(p, std::move(options));
+    co_await st->client.remove(p->with_name(claim), std::move(options));
 }
 
 // Ours: managed by kubesandbox and, when asked for by caller id, made for that id.
@@ -273,7 +337,9 @@ asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOp
                                        request.ttl_idle_seconds, util::now_rfc3339());
     if (!identity) co_return fail(identity.error());
     const auto deadline = steady_clock::now() + o.ready_timeout;
-    ResourcePath path = agent_sandbox::claims_path(o);
+    auto shape = co_await claim_shape(st);
+    if (!shape) co_return fail(shape.error());
+    const ResourcePath path = agent_sandbox::claims_path(o.namespace_name, shape->api_version);
     SandboxOrigin origin = SandboxOrigin::existing;
     bool created_here = false;
     std::string resource_version;
@@ -315,7 +381,7 @@ asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOp
             if (origin == SandboxOrigin::existing) origin = SandboxOrigin::adopted;
         } else if (existing.error().is(errc::not_found)) {
             if (!request.create_if_missing) co_return fail(errc::not_found, "no sandbox " + id);
-            auto body = agent_sandbox::build_claim(o, claim, identity->labels, identity->annotations,
+            auto body = agent_sandbox::build_claim(o, *shape, claim, identity->labels, identity->annotations,
                                                    request.ttl_seconds ? request.ttl_seconds : o.default_ttl_seconds,
                                                    system_clock::now());
             auto made = co_await st->client.create(path, std::move(body));
@@ -336,15 +402,18 @@ asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOp
             // A claim this call made and that never became usable is not left behind.
             if (created_here) co_await delete_quietly(st, claim, claim_uid);
             if (!state) co_return fail(state.error());
+            if (state->reason == "WarmPoolNotFound" || state->reason == "TemplateNotFound") {
+                std::lock_guard lock(st->mutex);
+                st->shape.reset();  // the next claim looks for the pool (or template) again
+            }
             co_return fail(claim_error(*state, claim));
         }
         if (created_here && origin == SandboxOrigin::created && state->sandbox_name != claim)
             origin = SandboxOrigin::claimed_warm;
-        auto fresh = co_await st->client.get(path.with_name(claim));
         Acquisition a;
         a.sandbox = make_sandbox(st, claim, *state);
         a.origin = origin;
-        a.instance = fresh ? string_at(metadata_of(*fresh), "uid") : std::string();
+        a.instance = claim_uid;  // the claim wait_ready saw become ready
         co_return a;
     }
     co_return fail(errc::conflict, "sandbox claim " + claim + " kept changing while acquiring it");
@@ -354,8 +423,9 @@ asio::awaitable<Result<SandboxInfo>> AgentSandboxProvider::describe(std::string 
     StatePtr st = state_;
     auto claim = resolve_claim(st->options, id);
     if (!claim) co_return fail(claim.error());
-    ResourcePath p = agent_sandbox::claims_path(st->options);
-    auto got = co_await st->client.get(p.with_name(*claim));
+    auto p = co_await claims_path(st);
+    if (!p) co_return fail(p.error());
+    auto got = co_await st->client.get(p->with_name(*claim));
     if (!got) co_return fail(got.error());
     if (util::label_of(*got, keys::managed_by) != keys::managed_by_value)
         co_return fail(errc::not_found, "sandbox claim " + *claim + " is not managed by kubesandbox");
@@ -368,7 +438,9 @@ asio::awaitable<Result<SandboxPage>> AgentSandboxProvider::list(ListSandboxesOpt
     lo.label_selector = selector(st->options, request.labels);
     lo.limit = request.limit;
     lo.continue_token = request.cursor;
-    auto page = co_await st->client.list(agent_sandbox::claims_path(st->options), lo);
+    auto claims = co_await claims_path(st);
+    if (!claims) co_return fail(claims.error());
+    auto page = co_await st->client.list(*claims, lo);
     if (!page) co_return fail(page.error());
     SandboxPage out;
     for (const auto& item : page->items) {
@@ -385,8 +457,9 @@ asio::awaitable<Result<bool>> AgentSandboxProvider::delete_sandbox(std::string i
     StatePtr st = state_;
     auto claim = resolve_claim(st->options, id);
     if (!claim) co_return fail(claim.error());
-    ResourcePath p = agent_sandbox::claims_path(st->options);
-    auto removed = co_await st->client.remove(p.with_name(*claim));
+    auto p = co_await claims_path(st);
+    if (!p) co_return fail(p.error());
+    auto removed = co_await st->client.remove(p->with_name(*claim));
     if (!removed) co_return fail(removed.error());
     co_return removed->found;
 }
@@ -395,13 +468,15 @@ asio::awaitable<Result<CleanupResult>> AgentSandboxProvider::cleanup(CleanupOpti
     StatePtr st = state_;
     CleanupResult result;
     const auto now = system_clock::now();
+    auto claims = co_await claims_path(st);
+    if (!claims) co_return fail(claims.error());
     std::string cursor;
     do {
         ListOptions lo;
         lo.label_selector = selector(st->options, {});
         lo.limit = 500;
         lo.continue_token = cursor;
-        auto page = co_await st->client.list(agent_sandbox::claims_path(st->options), lo);
+        auto page = co_await st->client.list(*claims, lo);
         if (!page) co_return fail(page.error());
         cursor = page->continue_token;
         std::vector<const json::object*> expired;
@@ -436,7 +511,7 @@ asio::awaitable<Result<CleanupResult>> AgentSandboxProvider::cleanup(CleanupOpti
                     ++result.kept;
                     co_return;
                 }
-                ResourcePath p = agent_sandbox::claims_path(st->options);
+                const ResourcePath& p = *claims;
                 DeleteOptions d;
                 d.precondition_resource_version = string_at(metadata_of(claim), "resourceVersion");
                 auto removed = co_await st->client.remove(p.with_name(string_at(metadata_of(claim), "name")), d);
@@ -456,9 +531,11 @@ asio::awaitable<Result<CleanupResult>> AgentSandboxProvider::cleanup(CleanupOpti
 asio::awaitable<Result<PoolStatus>> AgentSandboxProvider::pool_status() {
     StatePtr st = state_;
     PoolStatus ps;
-    if (!st->options.warm_pool.empty()) {
-        ResourcePath p{"extensions.agents.x-k8s.io", st->options.claim_api_version, "sandboxwarmpools",
-                       st->options.namespace_name, st->options.warm_pool};
+    auto shape = co_await claim_shape(st);
+    if (!shape) co_return fail(shape.error());
+    if (!shape->warm_pool.empty()) {
+        ResourcePath p{agent_sandbox::claims_group, shape->api_version, "sandboxwarmpools", st->options.namespace_name,
+                       shape->warm_pool};
         auto pool = co_await st->client.get(p);
         if (!pool) co_return fail(pool.error());
         const json::object* spec = util::object_at(*pool, "spec");

@@ -16,21 +16,20 @@ using util::metadata_of;
 using util::object_at;
 using util::string_at;
 
-ResourcePath claims_path(const AgentSandboxProviderOptions& options) {
-    return ResourcePath{"extensions.agents.x-k8s.io", options.claim_api_version, "sandboxclaims",
-                        options.namespace_name, ""};
+ResourcePath claims_path(const std::string& namespace_name, const std::string& api_version) {
+    return ResourcePath{claims_group, api_version, "sandboxclaims", namespace_name, ""};
 }
 
-json::object build_claim(const AgentSandboxProviderOptions& options, const std::string& name, json::object labels,
-                         json::object annotations, std::optional<std::int64_t> ttl_seconds,
+json::object build_claim(const AgentSandboxProviderOptions& options, const ClaimShape& shape, const std::string& name,
+                         json::object labels, json::object annotations, std::optional<std::int64_t> ttl_seconds,
                          std::chrono::system_clock::time_point now) {
     labels["agents.x-k8s.io/created-by"] = "kubesandbox";
     json::object spec;
-    if (options.template_name.empty()) {
-        spec["warmPoolRef"] = json::object{{"name", options.warm_pool}};
+    if (shape.template_name.empty()) {
+        spec["warmPoolRef"] = json::object{{"name", shape.warm_pool}};
     } else {
-        spec["sandboxTemplateRef"] = json::object{{"name", options.template_name}};
-        spec["warmpool"] = options.warm_pool.empty() ? "none" : "default";
+        spec["sandboxTemplateRef"] = json::object{{"name", shape.template_name}};
+        spec["warmpool"] = shape.cold ? "none" : shape.warm_pool.empty() ? "default" : shape.warm_pool;
     }
     if (ttl_seconds && *ttl_seconds > 0) {
         // Rounded up to the second the timestamp can carry: truncating made a TTL of 1 s anything
@@ -51,7 +50,7 @@ json::object build_claim(const AgentSandboxProviderOptions& options, const std::
         spec["env"] = std::move(env);
     }
     return json::object{
-        {"apiVersion", "extensions.agents.x-k8s.io/" + options.claim_api_version},
+        {"apiVersion", std::string(claims_group) + "/" + shape.api_version},
         {"kind", "SandboxClaim"},
         {"metadata",
          json::object{{"name", name}, {"labels", std::move(labels)}, {"annotations", std::move(annotations)}}},

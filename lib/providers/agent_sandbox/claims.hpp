@@ -4,18 +4,20 @@
 
 #include <kubesandbox/agent_sandbox_provider.hpp>
 
+#include "providers/agent_sandbox/claim_shape.hpp"
+
 #include <boost/json/object.hpp>
 
 #include <string>
 
 namespace kubesandbox::agent_sandbox {
 
-ResourcePath claims_path(const AgentSandboxProviderOptions& options);
+ResourcePath claims_path(const std::string& namespace_name, const std::string& api_version);
 
-// The claim: our labels/annotations (`labels`, `annotations`), the pool or template reference,
-// lifecycle.shutdownTime (now + ttl, policy Delete) and additionalPodMetadata / env.
-boost::json::object build_claim(const AgentSandboxProviderOptions& options, const std::string& name,
-                                boost::json::object labels, boost::json::object annotations,
+// The claim: our labels/annotations (`labels`, `annotations`), the pool or template reference of
+// `shape`, lifecycle.shutdownTime (now + ttl, policy Delete) and additionalPodMetadata / env.
+boost::json::object build_claim(const AgentSandboxProviderOptions& options, const ClaimShape& shape,
+                                const std::string& name, boost::json::object labels, boost::json::object annotations,
                                 std::optional<std::int64_t> ttl_seconds, std::chrono::system_clock::time_point now);
 
 struct ClaimState {
