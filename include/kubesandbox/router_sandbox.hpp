@@ -1,6 +1,7 @@
 // A sandbox reached through an agent-sandbox router (or straight at its runtime), speaking the
-// python-runtime HTTP API: POST /execute, POST /upload, GET /download/{path}. Used by the
-// agent-sandbox mode; works over any RouterConnection (router_connection.hpp).
+// python-runtime HTTP API: POST /execute, POST /upload, GET /download/{path}, /list/{path} and
+// /exists/{path}. Used by the agent-sandbox mode; works over any RouterConnection
+// (router_connection.hpp).
 #pragma once
 
 #include <kubesandbox/error.hpp>
@@ -30,6 +31,15 @@ struct RouterSandboxOptions {
     std::function<void()> on_activity{};
 };
 
+// An entry of the runtime's directory listing (GET /list/{path}).
+struct RuntimeEntry {
+    std::string name{};
+    std::uint64_t size{0};
+    bool is_directory{false};  // the runtime follows links: a link to a directory is one
+    double mod_time{0};        // seconds since the epoch
+    friend bool operator==(const RuntimeEntry&, const RuntimeEntry&) = default;
+};
+
 // execute() runs the command under `sh -c` (the runtime itself uses no shell) with a watchdog
 // for the timeout (124 and the usual message; the command's process group is killed), and is
 // never replayed. upload_files/download_files use /upload and /download for files below
@@ -55,6 +65,15 @@ public:
     boost::asio::awaitable<Result<FileUploadResponse>> upload_from(std::string path, std::uint64_t size,
                                                                    ByteSource source) override;
     boost::asio::awaitable<Result<FileDownloadResponse>> download_to(std::string path, ByteSink sink) override;
+
+    // The runtime's own views, for base_dir and the paths below it (errc::invalid_argument for
+    // others, and for names the runtime would decode differently; the file operations' ls works
+    // anywhere). Both only read, so they are sent again when a reused connection broke first.
+    // list_directory: the entries in the runtime's order; errc::not_found when the path is not a
+    // directory, errc::forbidden when it leads out of the base.
+    boost::asio::awaitable<Result<std::vector<RuntimeEntry>>> list_directory(std::string path);
+    // errc::forbidden when the path leads out of the base.
+    boost::asio::awaitable<Result<bool>> exists(std::string path);
 
     struct Internals;
 

@@ -31,6 +31,28 @@ struct RunOutcome {
 // An error for a non-200 answer, typed by its status, with the body's "detail" or "message".
 Error status_error(unsigned status, std::string_view body, const std::string& what);
 
+// A response's body, whole up to `cap` (an answer other than 200 up to max_error_body).
+class BytesSink final : public ResponseSink {
+public:
+    explicit BytesSink(std::size_t cap) : cap_(cap) {}
+    void on_head(unsigned s, std::string_view) override { status = s; }
+    bool on_body(std::string_view chunk) override {
+        std::size_t limit = status == 200 ? cap_ : max_error_body;
+        if (body.size() + chunk.size() > limit) {
+            too_large = true;
+            return false;
+        }
+        body.append(chunk);
+        return true;
+    }
+    unsigned status = 0;
+    std::string body;
+    bool too_large = false;
+
+private:
+    std::size_t cap_;
+};
+
 }  // namespace router_detail
 
 struct RouterSandbox::Internals {
@@ -70,6 +92,11 @@ struct RouterSandbox::Internals {
                                                                                      const ByteSink& sink);
     // The whole file, capped by max_file_bytes (download_files).
     static boost::asio::awaitable<Result<FileDownloadResponse>> download_one(RouterSandbox& self, std::string path);
+
+    // router_queries.cpp
+    // GET /<route>/<path below the base>: the body of a 200 (at most `cap` bytes), else a typed error.
+    static boost::asio::awaitable<Result<std::string>> read_view(RouterSandbox& self, std::string_view route,
+                                                                 const std::string& path, std::size_t cap);
 };
 
 }  // namespace kubesandbox

@@ -13,6 +13,7 @@ namespace kubesandbox {
 
 namespace asio = boost::asio;
 namespace rp = runtime_protocol;
+using router_detail::BytesSink;
 using router_detail::max_error_body;
 using router_detail::RunOutcome;
 using router_detail::status_error;
@@ -23,27 +24,6 @@ namespace {
 // upload_from holds a file up to this size and sends it in one request; a larger one streams,
 // after an empty upload to the same name (one more round trip).
 constexpr std::uint64_t streamed_upload_min_bytes = 1024 * 1024;
-
-class BytesSink final : public ResponseSink {
-public:
-    explicit BytesSink(std::size_t cap) : cap_(cap) {}
-    void on_head(unsigned s, std::string_view) override { status = s; }
-    bool on_body(std::string_view chunk) override {
-        std::size_t limit = status == 200 ? cap_ : max_error_body;
-        if (body.size() + chunk.size() > limit) {
-            too_large = true;
-            return false;
-        }
-        body.append(chunk);
-        return true;
-    }
-    unsigned status = 0;
-    std::string body;
-    bool too_large = false;
-
-private:
-    std::size_t cap_;
-};
 
 // A download's body handed to a ByteSink as it arrives, a read at a time; any other answer's
 // body is dropped (the command that follows tells what went wrong).

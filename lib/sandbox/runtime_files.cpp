@@ -3,6 +3,9 @@
 
 #include "files/text.hpp"
 #include "proto/base64.hpp"
+#include "sandbox/runtime_protocol.hpp"
+
+#include <boost/json/parse.hpp>
 
 #include <charconv>
 
@@ -51,6 +54,55 @@ std::optional<std::string> runtime_relative_name(std::string_view base, std::str
         if (c < 0x20 || c == 0x7f || c == '%' || c == '"' || c == '\\') return std::nullopt;
     }
     return std::string(rel);
+}
+
+std::optional<std::string> runtime_view_segment(std::string_view base, std::string_view path) {
+    std::string_view trimmed = base;
+    while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.remove_suffix(1);
+    std::string_view p = path;
+    while (p.size() > 1 && p.back() == '/') p.remove_suffix(1);
+    if (!trimmed.empty() && trimmed.front() == '/' && p == trimmed) return std::string(".");
+    auto name = runtime_relative_name(base, p);
+    if (!name) return std::nullopt;
+    return quote_segment(*name);
+}
+
+std::optional<std::vector<RuntimeEntry>> parse_listing(std::string_view body) {
+    namespace json = boost::json;
+    boost::system::error_code ec;
+    json::value doc = json::parse(body, ec);
+    if (ec || !doc.is_array()) return std::nullopt;
+    std::vector<RuntimeEntry> out;
+    out.reserve(doc.get_array().size());
+    for (const auto& v : doc.get_array()) {
+        const json::object* o = v.if_object();
+        if (!o) return std::nullopt;
+        const json::value* name = o->if_contains("name");
+        const json::value* size = o->if_contains("size");
+        const json::value* type = o->if_contains("type");
+        const json::value* mod_time = o->if_contains("mod_time");
+        if (!name || !name->is_string() || !size || !type || !type->is_string()) return std::nullopt;
+        RuntimeEntry e;
+        e.name = name->get_string();
+        if (size->is_int64() && size->get_int64() >= 0) e.size = static_cast<std::uint64_t>(size->get_int64());
+        else if (size->is_uint64()) e.size = size->get_uint64();
+        else return std::nullopt;
+        if (type->get_string() == "directory") e.is_directory = true;
+        else if (type->get_string() != "file") return std::nullopt;
+        if (mod_time && mod_time->is_number()) e.mod_time = mod_time->to_number<double>();
+        else if (mod_time) return std::nullopt;
+        out.push_back(std::move(e));
+    }
+    return out;
+}
+
+std::optional<bool> parse_exists(std::string_view body) {
+    boost::system::error_code ec;
+    boost::json::value doc = boost::json::parse(body, ec);
+    const boost::json::object* o = ec ? nullptr : doc.if_object();
+    const boost::json::value* exists = o ? o->if_contains("exists") : nullptr;
+    if (!exists || !exists->is_bool()) return std::nullopt;
+    return exists->get_bool();
 }
 
 namespace {

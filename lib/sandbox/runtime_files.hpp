@@ -1,7 +1,9 @@
 // Sans-IO client side of moving files with the python-runtime: the multipart body of
-// POST /upload, which paths the HTTP endpoints can carry, and the commands (sh + base64 in the
-// sandbox) that move files they cannot.
+// POST /upload, which paths the HTTP endpoints can carry, the commands (sh + base64 in the
+// sandbox) that move files they cannot, and the answers of GET /list and GET /exists.
 #pragma once
+
+#include <kubesandbox/router_sandbox.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +35,16 @@ MultipartBody multipart_file(std::string_view filename, std::string_view data, s
 // would read differently (a '%' is decoded twice; quotes, backslashes and control characters do
 // not survive the multipart header) or not UTF-8.
 std::optional<std::string> runtime_relative_name(std::string_view base, std::string_view path);
+
+// The segment after /list/ or /exists/ for `path`, quoted: "." for the base itself, else
+// runtime_relative_name's; nullopt as there.
+std::optional<std::string> runtime_view_segment(std::string_view base, std::string_view path);
+
+// GET /list's body: [{"name","size","type":"file"|"directory","mod_time"}, ...]. nullopt when
+// it is not that (an entry of another type, a negative size, a name missing).
+std::optional<std::vector<RuntimeEntry>> parse_listing(std::string_view body);
+// GET /exists' body: {"path", "exists": bool}. nullopt when it is not that.
+std::optional<bool> parse_exists(std::string_view body);
 
 // Commands that move one file without the HTTP endpoints (sh + base64 in the sandbox). Their
 // exit codes are read by transfer_error (sandbox/transfer_status.hpp).

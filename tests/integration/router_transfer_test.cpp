@@ -1,5 +1,5 @@
 // RouterSandbox's file transfers against the local cluster: the runtime's /upload and /download
-// below its base directory, commands elsewhere, whole and streamed.
+// below its base directory, commands elsewhere, whole and streamed; its /list and /exists.
 #include <kubesandbox/router_sandbox.hpp>
 
 #include "connection/router_connection.hpp"
@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -170,6 +171,56 @@ private:
 // Files over a MiB go out as they are read, and come back as they arrive: below the base over
 // HTTP, elsewhere and through a link out of the base by commands, with raw mode's per-file
 // errors and no size limit.
+TEST_F(RouterSandboxTest, TheRuntimeListsAndTellsWhatExists) {
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await sandbox("rt-views");
+        if (!sb) co_return;
+        auto made = co_await sb->execute(
+            "mkdir -p /app/v/sub && printf 12345 > /app/v/a.txt && printf x > '/app/v/\xc3\xbc n' && "
+            "ln -s /etc /app/v/out && ln -s a.txt /app/v/link");
+        EXPECT_TRUE(made && made->exit_code == 0) << (made ? made->output : made.error().describe());
+        auto listed = co_await sb->list_directory("/app/v");
+        EXPECT_TRUE(listed.has_value()) << (listed ? "" : listed.error().describe());
+        if (listed) {
+            std::vector<RuntimeEntry> entries = *listed;
+            std::sort(entries.begin(), entries.end(), [](auto& a, auto& b) { return a.name < b.name; });
+            std::string seen;
+            for (const auto& e : entries)
+                seen += e.name + ":" + std::to_string(e.size) + (e.is_directory ? ":d" : ":f") + " ";
+            // Links are followed: "out" is /etc's directory, "link" the file it names.
+            EXPECT_EQ(seen.substr(0, seen.find(" out:")), "a.txt:5:f link:5:f");
+            EXPECT_EQ(entries.size(), 5u) << seen;
+            if (entries.size() == 5) {
+                EXPECT_TRUE(entries[2].name == "out" && entries[2].is_directory) << seen;
+                EXPECT_TRUE(entries[3].name == "sub" && entries[3].is_directory) << seen;
+                EXPECT_TRUE(entries[4].name == "\xc3\xbc n" && entries[4].size == 1) << seen;
+                EXPECT_GT(entries[0].mod_time, 1.7e9);
+            }
+        }
+        auto base = co_await sb->list_directory("/app");
+        EXPECT_TRUE(base && std::any_of(base->begin(), base->end(), [](auto& e) { return e.name == "v"; }));
+        auto file = co_await sb->list_directory("/app/v/a.txt");
+        EXPECT_TRUE(!file && file.error().code == errc::not_found) << (file ? "listed" : file.error().describe());
+        auto escape = co_await sb->list_directory("/app/v/out");
+        EXPECT_TRUE(!escape && escape.error().code == errc::forbidden)
+            << (escape ? "listed" : escape.error().describe());
+        for (std::string outside : {"/tmp", "/app/v/../v", "relative", "/app/a%2Fb"}) {
+            auto refused = co_await sb->list_directory(outside);
+            EXPECT_TRUE(!refused && refused.error().code == errc::invalid_argument) << outside;
+        }
+
+        EXPECT_EQ(co_await sb->exists("/app/v/a.txt"), true);
+        EXPECT_EQ(co_await sb->exists("/app/v/\xc3\xbc n"), true);
+        EXPECT_EQ(co_await sb->exists("/app/v/sub/"), true);
+        EXPECT_EQ(co_await sb->exists("/app/v/none"), false);
+        EXPECT_EQ(co_await sb->exists("/app"), true);
+        auto out = co_await sb->exists("/app/v/out/passwd");
+        EXPECT_TRUE(!out && out.error().code == errc::forbidden) << (out ? "answered" : out.error().describe());
+        auto tmp = co_await sb->exists("/tmp");
+        EXPECT_TRUE(!tmp && tmp.error().code == errc::invalid_argument);
+    });
+}
+
 TEST_F(RouterSandboxTest, LargeFilesStreamWhereverTheyAre) {
     options_.max_file_bytes = 1024;
     run([&]() -> asio::awaitable<void> {

@@ -143,6 +143,32 @@ TEST(RuntimeProtocol, ChoosesTheEndpointsOnlyForNamesTheRuntimeReadsBack) {
         EXPECT_FALSE(rp::runtime_relative_name("/app", p)) << p;
 }
 
+TEST(RuntimeProtocol, ReadsTheRuntimesListingsAndExistenceAnswers) {
+    EXPECT_EQ(rp::runtime_view_segment("/app", "/app"), ".");
+    EXPECT_EQ(rp::runtime_view_segment("/app/", "/app/"), ".");
+    EXPECT_EQ(rp::runtime_view_segment("/app", "/app/d ir/ü"), "d%20ir%2F%C3%BC");
+    EXPECT_EQ(rp::runtime_view_segment("/app", "/app/d/"), "d");
+    for (std::string p : {"/apps", "/tmp", "/app/a%2Fb", "/app/../etc", "relative", ""})
+        EXPECT_FALSE(rp::runtime_view_segment("/app", p)) << p;
+
+    auto listing = rp::parse_listing(R"([{"name":"a.txt","size":5,"type":"file","mod_time":1787392800.25},
+        {"name":"d","size":4096,"type":"directory","mod_time":1787392801}])");
+    ASSERT_TRUE(listing);
+    EXPECT_EQ(*listing, (std::vector<kubesandbox::RuntimeEntry>{{"a.txt", 5, false, 1787392800.25},
+                                                                {"d", 4096, true, 1787392801.0}}));
+    EXPECT_TRUE(rp::parse_listing("[]") && rp::parse_listing("[]")->empty());
+    for (std::string_view bad :
+         {"", "{}", "[1]", R"([{"size":1,"type":"file"}])", R"([{"name":"x","size":-1,"type":"file"}])",
+          R"([{"name":"x","size":1,"type":"link"}])", R"([{"name":"x","size":"1","type":"file"}])",
+          R"([{"name":"x","size":1,"type":"file","mod_time":"now"}])", R"([{"name":"x","size":1,"type":"file"})"})
+        EXPECT_FALSE(rp::parse_listing(bad)) << bad;
+
+    EXPECT_EQ(rp::parse_exists(R"({"path":"a","exists":true})"), true);
+    EXPECT_EQ(rp::parse_exists(R"({"path":"a","exists":false})"), false);
+    for (std::string_view bad : {"", "[]", R"({"path":"a"})", R"({"exists":"true"})", R"({"exists":1})"})
+        EXPECT_FALSE(rp::parse_exists(bad)) << bad;
+}
+
 TEST(RuntimeProtocol, MultipartAndTransferResults) {
     auto m = rp::multipart_file("a/b.txt", "da\0ta"s, "BOUND");
     EXPECT_EQ(m.content_type, "multipart/form-data; boundary=BOUND");
