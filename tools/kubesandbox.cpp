@@ -190,9 +190,29 @@ asio::awaitable<int> run_command(SandboxProvider& provider, const ModeInfo& mode
             // Other modes run shell commands: the argv is quoted into one.
             std::string line;
             for (const auto& arg : command) line += (line.empty() ? "" : " ") + files::shell_quote(arg);
+            if (!a.json) {
+                // stdout and stderr apart, each written once the sandbox hands it over.
+                int write_error = 0;
+                OutputSink print = [&write_error](int stream, std::string_view data) -> asio::awaitable<bool> {
+                    co_return write_all(stream == 2 ? STDERR_FILENO : STDOUT_FILENO, data, write_error);
+                };
+                auto r = co_await (*sb)->execute(line, timeout, std::move(print));
+                if (!r && r.error().is(errc::cancelled) && write_error != 0) {
+                    if (write_error == EPIPE) co_return 128 + SIGPIPE;
+                    std::cerr << "kubesandbox: cannot write the output: " << std::strerror(write_error) << "\n";
+                    co_return 1;
+                }
+                if (!r) co_return report(r.error());
+                std::fwrite(r->output.data(), 1, r->output.size(), stdout);  // a timeout's message
+                std::fflush(stdout);
+                if (r->truncated)
+                    std::cerr << "kubesandbox: output truncated at " << mode.max_output_bytes << " bytes\n";
+                if (!r->exit_code) co_return 1;
+                co_return *r->exit_code & 0xff;
+            }
             auto r = co_await (*sb)->execute(line, timeout);
             if (!r) co_return report(r.error());
-            if (a.json) {
+            {
                 json::object out;
                 put_text(out, "output", r->output);
                 if (r->exit_code) out["exit_code"] = *r->exit_code;
@@ -200,11 +220,6 @@ asio::awaitable<int> run_command(SandboxProvider& provider, const ModeInfo& mode
                 out["truncated"] = r->truncated;
                 out["timed_out"] = r->exit_code == 124 && r->output.rfind("Command timed out after ", 0) == 0;
                 print_json(out);
-            } else {
-                std::fwrite(r->output.data(), 1, r->output.size(), stdout);
-                std::fflush(stdout);
-                if (r->truncated)
-                    std::cerr << "kubesandbox: output truncated at " << mode.max_output_bytes << " bytes\n";
             }
             if (!r->exit_code) co_return 1;
             co_return *r->exit_code & 0xff;

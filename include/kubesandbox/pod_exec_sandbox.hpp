@@ -59,14 +59,6 @@ struct RunResponse {
     bool stopped{};  // the output sink returned false: the command was killed there
 };
 
-// Receives a command's output as it arrives: stream 1 is stdout, 2 is stderr; `data` is valid
-// until the returned awaitable completes. The next piece is read only then, so a slow sink slows
-// the command down (through TCP) instead of filling memory. Returning false ends the command:
-// it is killed, as on a timeout; an exception it throws does the same and then reaches run()'s
-// caller. The timeout counts while the sink runs but cannot interrupt it: a sink must not block
-// for long.
-using OutputSink = std::function<boost::asio::awaitable<bool>(int stream, std::string_view data)>;
-
 class PodExecSandbox final : public Sandbox {
 public:
     PodExecSandbox(KubeClient client, std::string namespace_name, std::string pod_name, PodExecSandboxOptions options);
@@ -80,6 +72,10 @@ public:
     using Sandbox::execute;
     boost::asio::awaitable<Result<ExecuteResponse>> execute(std::string command,
                                                             std::optional<std::chrono::seconds> timeout) override;
+    // Streamed as the command prints (an exec of its own, not a shell session).
+    boost::asio::awaitable<Result<ExecuteResponse>> execute(std::string command,
+                                                            std::optional<std::chrono::seconds> timeout,
+                                                            OutputSink sink) override;
     boost::asio::awaitable<Result<std::vector<FileUploadResponse>>> upload_files(
         std::vector<std::pair<std::string, std::string>> files) override;
     boost::asio::awaitable<Result<std::vector<FileDownloadResponse>>> download_files(

@@ -56,6 +56,11 @@ public:
     using Sandbox::execute;
     boost::asio::awaitable<Result<ExecuteResponse>> execute(std::string command,
                                                             std::optional<std::chrono::seconds> timeout) override;
+    // stdout, then stderr, each capped at max_output_bytes (truncated says so), once the runtime
+    // has answered.
+    boost::asio::awaitable<Result<ExecuteResponse>> execute(std::string command,
+                                                            std::optional<std::chrono::seconds> timeout,
+                                                            OutputSink sink) override;
     boost::asio::awaitable<Result<std::vector<FileUploadResponse>>> upload_files(
         std::vector<std::pair<std::string, std::string>> files) override;
     boost::asio::awaitable<Result<std::vector<FileDownloadResponse>>> download_files(

@@ -53,6 +53,14 @@ using ByteSource = std::function<boost::asio::awaitable<Result<std::string_view>
 // no time. Returning false stops the download.
 using ByteSink = std::function<boost::asio::awaitable<bool>(std::string_view data)>;
 
+// Receives a command's output as it arrives: stream 1 is stdout, 2 is stderr; `data` is valid
+// until the returned awaitable completes. The next piece is read only then, so a slow sink slows
+// the command down (through TCP) instead of filling memory. Returning false ends the command:
+// it is killed, as on a timeout; an exception it throws does the same and then reaches the
+// caller. The timeout counts while the sink runs but cannot interrupt it: a sink must not block
+// for long.
+using OutputSink = std::function<boost::asio::awaitable<bool>(int stream, std::string_view data)>;
+
 class Sandbox {
 public:
     virtual ~Sandbox() = default;
@@ -71,6 +79,16 @@ public:
     boost::asio::awaitable<Result<ExecuteResponse>> execute(std::string command) {
         return execute(std::move(command), std::nullopt);
     }
+    // execute() with the output handed to `sink` instead of collected, stdout and stderr apart:
+    // the response holds the exit code, and output only for a timeout's message. A sink that
+    // returns false ends the command (killed as on a timeout) with errc::cancelled. How soon the
+    // output arrives depends on the sandbox: PodExecSandbox streams it as the command prints, in
+    // constant memory and with no cap; RouterSandbox hands over each stream, capped, once the
+    // runtime answers (python-runtime answers when the command has ended). This default hands
+    // over execute()'s output, composed and capped, as stream 1 (truncated says if it was cut).
+    virtual boost::asio::awaitable<Result<ExecuteResponse>> execute(std::string command,
+                                                                    std::optional<std::chrono::seconds> timeout,
+                                                                    OutputSink sink);
 
     // One response per input, in input order; partial success. Paths must be absolute.
     virtual boost::asio::awaitable<Result<std::vector<FileUploadResponse>>> upload_files(

@@ -10,19 +10,41 @@ namespace asio = boost::asio;
 PolicySandbox::PolicySandbox(std::shared_ptr<Sandbox> inner, FilePolicy policy)
     : inner_(std::move(inner)), policy_(std::move(policy)) {}
 
-asio::awaitable<Result<ExecuteResponse>> PolicySandbox::execute(std::string command,
-                                                                std::optional<std::chrono::seconds> timeout) {
+namespace {
+
+// The policy's answer to a command, audited: a refusal to return, or nullopt to run it.
+std::optional<ExecuteResponse> refuse_command(const FilePolicy& policy, const std::string& command) {
     AuditEvent event{"execute", command, {}};
-    if (auto denied = files::denied_command(policy_, command)) {
+    if (auto denied = files::denied_command(policy, command)) {
         event.metadata.emplace_back("outcome", "denied");
         event.metadata.emplace_back("matched", *denied);
-        files::audit(policy_, std::move(event));
-        co_return ExecuteResponse{"Error: command refused by policy (it contains '" + *denied + "')", 126, false};
+        files::audit(policy, std::move(event));
+        return ExecuteResponse{"Error: command refused by policy (it contains '" + *denied + "')", 126, false};
     }
     event.metadata.emplace_back("outcome", "allowed");
-    if (!files::audit(policy_, std::move(event)))
-        co_return ExecuteResponse{"Error: command refused: the audit record could not be written", 126, false};
+    if (!files::audit(policy, std::move(event)))
+        return ExecuteResponse{"Error: command refused: the audit record could not be written", 126, false};
+    return std::nullopt;
+}
+
+}  // namespace
+
+asio::awaitable<Result<ExecuteResponse>> PolicySandbox::execute(std::string command,
+                                                                std::optional<std::chrono::seconds> timeout) {
+    if (auto refused = refuse_command(policy_, command)) co_return std::move(*refused);
     co_return co_await inner_->execute(std::move(command), timeout);
+}
+
+// A refusal is the command's answer, as in execute(): its text goes to the sink as stderr.
+asio::awaitable<Result<ExecuteResponse>> PolicySandbox::execute(std::string command,
+                                                                std::optional<std::chrono::seconds> timeout,
+                                                                OutputSink sink) {
+    if (auto refused = refuse_command(policy_, command)) {
+        if (!co_await sink(2, refused->output)) co_return fail(errc::cancelled, "the output sink stopped the command");
+        refused->output.clear();
+        co_return std::move(*refused);
+    }
+    co_return co_await inner_->execute(std::move(command), timeout, std::move(sink));
 }
 
 namespace {

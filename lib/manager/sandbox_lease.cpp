@@ -79,6 +79,16 @@ asio::awaitable<Result<ExecuteResponse>> SandboxLease::execute(std::string comma
     co_return r;
 }
 
+asio::awaitable<Result<ExecuteResponse>> SandboxLease::execute(std::string command,
+                                                               std::optional<std::chrono::seconds> timeout,
+                                                               OutputSink sink) {
+    if (!slot_) co_return fail(no_sandbox());
+    BusyGuard busy(slot_);
+    auto r = co_await busy.slot->sandbox->execute(std::move(command), timeout, std::move(sink));
+    note_outcome(*busy.slot, r);
+    co_return r;
+}
+
 asio::awaitable<Result<std::vector<FileUploadResponse>>> SandboxLease::upload_files(
     std::vector<std::pair<std::string, std::string>> files) {
     if (!slot_) co_return fail(no_sandbox());

@@ -1,5 +1,5 @@
-// Sandbox::upload_from and download_to as every sandbox can do them, through upload_files and
-// download_files; and a source held to its size.
+// Sandbox::upload_from, download_to and execute into a sink as every sandbox can do them, through
+// upload_files, download_files and execute; and a source held to its size.
 #include "sandbox/byte_streams.hpp"
 
 #include <algorithm>
@@ -121,6 +121,23 @@ asio::awaitable<Result<FileUploadResponse>> Sandbox::upload_from(std::string pat
     if (!done) co_return fail(done.error());
     if (done->size() != 1) co_return fail(errc::invalid_response, "upload_files gave no response for the file");
     co_return std::move(done->front());
+}
+
+asio::awaitable<Result<ExecuteResponse>> Sandbox::execute(std::string command,
+                                                          std::optional<std::chrono::seconds> timeout,
+                                                          OutputSink sink) {
+    auto r = co_await execute(std::move(command), timeout);
+    if (!r) co_return r;
+    const bool timed_out = r->exit_code == 124 && r->output.rfind("Command timed out after ", 0) == 0;
+    if (!timed_out) {
+        for (std::string_view rest = r->output; !rest.empty();) {
+            const std::string_view piece = rest.substr(0, 1024 * 1024);
+            if (!co_await sink(1, piece)) co_return fail(errc::cancelled, "the output sink stopped the command");
+            rest.remove_prefix(piece.size());
+        }
+        r->output.clear();
+    }
+    co_return r;
 }
 
 asio::awaitable<Result<FileDownloadResponse>> Sandbox::download_to(std::string path, ByteSink sink) {

@@ -396,6 +396,25 @@ asio::awaitable<Result<ExecuteResponse>> PodExecSandbox::execute(std::string com
     co_return compose_response(*outcome, options_.max_output_bytes);
 }
 
+asio::awaitable<Result<ExecuteResponse>> PodExecSandbox::execute(std::string command,
+                                                                 std::optional<std::chrono::seconds> timeout,
+                                                                 OutputSink sink) {
+    if (auto bad = check_command({command}, timeout)) co_return fail(std::move(*bad));
+    const std::chrono::seconds limit = timeout.value_or(options_.default_timeout);
+    std::vector<std::string> argv{std::move(command)};
+    auto outcome =
+        co_await Internals::run_marked(*this, std::move(argv), true, std::string(), false, limit, std::move(sink));
+    if (!outcome) co_return fail(outcome.error());
+    // The sink's own exception, now that the command it stopped has been killed.
+    if (outcome->sink_exception) std::rethrow_exception(outcome->sink_exception);
+    if (outcome->stopped_by_sink)
+        co_return fail(errc::cancelled, "the output sink stopped the command in " + id_ + "; it was killed");
+    if (outcome->timed_out) co_return timed_out_response(limit);
+    ExecuteResponse r;
+    r.exit_code = outcome->exit_code;
+    co_return r;
+}
+
 asio::awaitable<Result<RunResponse>> PodExecSandbox::run(std::vector<std::string> argv, std::string stdin_data,
                                                          std::optional<std::chrono::seconds> timeout) {
     OutputSink collected;  // none: the streams are collected with their caps

@@ -59,6 +59,10 @@ struct RouterSandbox::Internals {
     using RunOutcome = router_detail::RunOutcome;
 
     // router_sandbox.cpp
+    struct Executed;
+    // execute()'s command through the runtime, up to the decoded streams.
+    static boost::asio::awaitable<Result<Executed>> execute_command(RouterSandbox& self, std::string command,
+                                                                    std::optional<std::chrono::seconds> timeout);
     // The fields naming the sandbox were written once; a request adds its own.
     static void add_headers(RouterRequest& request, const RouterSandbox& self,
                             std::optional<std::int64_t> router_timeout, std::string_view content_type);

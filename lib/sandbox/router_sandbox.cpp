@@ -133,12 +133,20 @@ RouterSandbox::RouterSandbox(std::shared_ptr<RouterConnection> connection, Route
 
 RouterSandbox::~RouterSandbox() = default;
 
-asio::awaitable<Result<ExecuteResponse>> RouterSandbox::execute(std::string command,
-                                                                std::optional<std::chrono::seconds> timeout) {
+// A command run through the runtime: a response already made (a timeout, the runtime's own
+// failure) or the command's streams and exit code.
+struct RouterSandbox::Internals::Executed {
+    std::optional<ExecuteResponse> answered;
+    rp::DecodedRun run;
+    int exit_code = 0;
+};
+
+asio::awaitable<Result<RouterSandbox::Internals::Executed>> RouterSandbox::Internals::execute_command(
+    RouterSandbox& self, std::string command, std::optional<std::chrono::seconds> timeout) {
     if (command.find('\0') != std::string::npos)
         co_return fail(errc::invalid_argument, "the command contains a NUL byte");
     if (timeout && timeout->count() < 0) co_return fail(errc::invalid_argument, "negative timeout");
-    const std::int64_t limit = timeout.value_or(options_.default_timeout).count();
+    const std::int64_t limit = timeout.value_or(self.options_.default_timeout).count();
     const std::string marker = "kubesandbox-timeout-" + util::random_hex(8);
     // The watchdog in the sandbox fires first; the router gives up a little later and our own
     // deadline later still, so a slow call ends with a clean answer where possible.
@@ -149,32 +157,78 @@ asio::awaitable<Result<ExecuteResponse>> RouterSandbox::execute(std::string comm
         deadline = steady_clock::now() + std::chrono::seconds(limit + 15);
     }
     // Output travels base64-encoded: the cap applies to the encoded text (4/3, plus line breaks).
-    const std::size_t cap = options_.max_output_bytes;
+    const std::size_t cap = self.options_.max_output_bytes;
     const std::size_t encoded_cap = cap / 3 * 4 + cap / 57 + 256;
-    auto ran = co_await Internals::run(*this, rp::execute_command_body(command, marker, limit), deadline,
-                                       router_timeout, encoded_cap);
+    auto ran =
+        co_await run(self, rp::execute_command_body(command, marker, limit), deadline, router_timeout, encoded_cap);
     if (!ran) co_return fail(ran.error());
-    if (options_.on_activity) options_.on_activity();
+    if (self.options_.on_activity) self.options_.on_activity();
+    Executed out;
     if (auto failure = rp::runtime_failure(ran->stderr_text, ran->exit_code); !failure.empty()) {
-        if (auto runtime_limit = rp::runtime_timeout_seconds(failure)) co_return timed_out_response(*runtime_limit);
-        ExecuteResponse r;
-        r.output = "Failed to execute command: " + failure;
-        r.exit_code = 1;
-        co_return r;
+        if (auto runtime_limit = rp::runtime_timeout_seconds(failure)) {
+            out.answered = timed_out_response(*runtime_limit);
+        } else {
+            out.answered = ExecuteResponse{"Failed to execute command: " + failure, 1, false};
+        }
+        co_return out;
     }
-    auto decoded = rp::decode_run(std::move(ran->stdout_text), std::move(ran->stderr_text), ran->stderr_tail,
-                                  ran->truncated, marker);
-    if (decoded.timed_out) co_return timed_out_response(limit);
-    if (decoded.malformed)
-        co_return fail(errc::invalid_response, "execute in " + id_ + ": the command's output came back garbled");
-    auto composed =
-        rp::compose_output(std::move(decoded.stdout_bytes), std::move(decoded.stderr_bytes), decoded.truncated, cap);
+    out.run = rp::decode_run(std::move(ran->stdout_text), std::move(ran->stderr_text), ran->stderr_tail, ran->truncated,
+                             marker);
+    if (out.run.timed_out) {
+        out.answered = timed_out_response(limit);
+        co_return out;
+    }
+    if (out.run.malformed)
+        co_return fail(errc::invalid_response, "execute in " + self.id_ + ": the command's output came back garbled");
+    std::int64_t code = out.run.plain ? ran->exit_code : out.run.exit_code.value_or(ran->exit_code);
+    // The runtime reports a signal as -N (Python's returncode); a shell says 128+N.
+    out.exit_code = static_cast<int>(code < 0 ? 128 - code : code);
+    co_return out;
+}
+
+asio::awaitable<Result<ExecuteResponse>> RouterSandbox::execute(std::string command,
+                                                                std::optional<std::chrono::seconds> timeout) {
+    auto done = co_await Internals::execute_command(*this, std::move(command), timeout);
+    if (!done) co_return fail(done.error());
+    if (done->answered) co_return std::move(*done->answered);
+    auto composed = rp::compose_output(std::move(done->run.stdout_bytes), std::move(done->run.stderr_bytes),
+                                       done->run.truncated, options_.max_output_bytes);
     ExecuteResponse r;
     r.output = std::move(composed.output);
     r.truncated = composed.truncated;
-    std::int64_t code = decoded.plain ? ran->exit_code : decoded.exit_code.value_or(ran->exit_code);
-    // The runtime reports a signal as -N (Python's returncode); a shell says 128+N.
-    r.exit_code = static_cast<int>(code < 0 ? 128 - code : code);
+    r.exit_code = done->exit_code;
+    co_return r;
+}
+
+asio::awaitable<Result<ExecuteResponse>> RouterSandbox::execute(std::string command,
+                                                                std::optional<std::chrono::seconds> timeout,
+                                                                OutputSink sink) {
+    auto done = co_await Internals::execute_command(*this, std::move(command), timeout);
+    if (!done) co_return fail(done.error());
+    if (done->answered) {
+        // The runtime's own failure is the command's stderr; a timeout's message stays the output.
+        if (done->answered->exit_code != 124) {
+            if (!co_await sink(2, done->answered->output))
+                co_return fail(errc::cancelled, "the output sink stopped the command");
+            done->answered->output.clear();
+        }
+        co_return std::move(*done->answered);
+    }
+    ExecuteResponse r;
+    r.truncated = done->run.truncated;
+    for (int stream : {1, 2}) {
+        std::string_view rest = stream == 1 ? done->run.stdout_bytes : done->run.stderr_bytes;
+        if (rest.size() > options_.max_output_bytes) {
+            rest = rest.substr(0, options_.max_output_bytes);  // the cap travels encoded: a little more came
+            r.truncated = true;
+        }
+        while (!rest.empty()) {
+            const std::string_view piece = rest.substr(0, 1024 * 1024);
+            if (!co_await sink(stream, piece)) co_return fail(errc::cancelled, "the output sink stopped the command");
+            rest.remove_prefix(piece.size());
+        }
+    }
+    r.exit_code = done->exit_code;
     co_return r;
 }
 

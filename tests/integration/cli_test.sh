@@ -193,6 +193,15 @@ AID=$(A create --id "agent/1" 2>"$TMP/acreate.err"); rc=$?
 OUT=$(A exec "agent/1" -- sh -c 'printf "%s|" "$0" "a b"; exit 4' "it's"); rc=$?
 [[ $rc == 4 && $OUT == "it's|a b|" ]] && pass "agent-sandbox exec quotes argv and returns the exit code" \
     || fail "agent-sandbox exec (rc $rc out '$OUT')"
+OUT=$(A exec "agent/1" -- sh -c 'echo out; echo err >&2; exit 3' 2>"$TMP/aexec.err"); rc=$?
+[[ $rc == 3 && $OUT == "out" && $(cat "$TMP/aexec.err") == "err" ]] \
+    && pass "agent-sandbox exec writes stdout and stderr apart" \
+    || fail "agent-sandbox exec streams (rc $rc out '$OUT' err '$(cat "$TMP/aexec.err")')"
+T() { K --mode agent-sandbox --template busybox-runtime "$@"; }
+TID=$(T create --id "agent/t" 2>"$TMP/tcreate.err") && OUT=$(T exec "agent/t" -- echo from-template) \
+    && T delete "agent/t" >/dev/null; rc=$?
+[[ $rc == 0 && $TID == "agent/t" && $OUT == "from-template" ]] && pass "agent-sandbox --template create/exec/delete" \
+    || { fail "agent-sandbox --template (rc $rc id '$TID' out '$OUT')"; cat "$TMP/tcreate.err"; }
 printf 'line\n' >"$TMP/in.txt"
 A cp "$TMP/in.txt" "agent/1:/app/dir/in.txt" && A cp "agent/1:/app/dir/in.txt" "$TMP/back.txt" \
     && cmp -s "$TMP/in.txt" "$TMP/back.txt" && pass "agent-sandbox cp both ways" || fail "agent-sandbox cp"

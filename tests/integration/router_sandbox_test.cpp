@@ -137,6 +137,34 @@ TEST_F(RouterSandboxTest, LargeOutputIsCappedWhileItStreams) {
     });
 }
 
+// Into a sink: stdout and stderr apart, each capped as execute's output is, once the runtime has
+// answered; the runtime's own failure goes to stderr.
+TEST_F(RouterSandboxTest, ExecuteHandsEachStreamToASink) {
+    options_.max_output_bytes = 64 * 1024;
+    run([&]() -> asio::awaitable<void> {
+        auto sb = co_await sandbox("rt-sink");
+        if (!sb) co_return;
+        std::string out, err;
+        OutputSink sink = [&](int stream, std::string_view data) -> asio::awaitable<bool> {
+            (stream == 2 ? err : out).append(data);
+            co_return true;
+        };
+        auto r = co_await sb->execute("printf 'a\\377'; echo oops >&2; exit 5", std::nullopt, sink);
+        EXPECT_TRUE(r && r->exit_code == 5 && r->output.empty() && !r->truncated)
+            << (r ? r->output : r.error().describe());
+        EXPECT_EQ(out, "a\377");
+        EXPECT_EQ(err, "oops\n");
+        out.clear();
+        r = co_await sb->execute("head -c 200000 /dev/zero | tr '\\0' a", std::nullopt, sink);
+        EXPECT_TRUE(r && r->exit_code == 0 && r->truncated && out.size() == 64 * 1024)
+            << (r ? std::to_string(out.size()) : r.error().describe());
+        OutputSink stop = [](int, std::string_view) -> asio::awaitable<bool> { co_return false; };
+        r = co_await sb->execute("echo x", std::nullopt, stop);
+        EXPECT_TRUE(!r && r.error().is(errc::cancelled));
+        co_await remove("rt-sink");
+    });
+}
+
 TEST_F(RouterSandboxTest, RouterAndRuntimeFailuresAreTypedErrors) {
     run([&]() -> asio::awaitable<void> {
         auto sb = co_await sandbox("rt-errors");

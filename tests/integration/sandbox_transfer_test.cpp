@@ -1,8 +1,10 @@
-// SandboxTest, files and streams: uploads and downloads, output into a sink, input through v5's
-// close (sandbox_fixture.hpp).
+// SandboxTest, files and streams: uploads and downloads, output into a sink (run's and execute's),
+// input through v5's close (sandbox_fixture.hpp).
 #include "sandbox_fixture.hpp"
 
 #include "../support/byte_pieces.hpp"
+
+#include <algorithm>
 
 namespace {
 using namespace kubesandbox;
@@ -172,6 +174,43 @@ TEST_F(SandboxTest, OutputStreamsIntoASinkWithBackPressureAndStop) {
         EXPECT_EQ(thrown, "sink failed");
         auto left2 = co_await raw.execute("ps | grep -c '[y]es 4243'");
         EXPECT_TRUE(left2 && left2->output == "0\n") << (left2 ? left2->output : left2.error().message);
+    });
+}
+
+// execute() into a sink, through the Sandbox interface: the shell command's output streams past
+// max_output_bytes, stdout and stderr apart, with the exit code; a timeout kills it and keeps the
+// message; a sink that says stop ends the command in the pod with errc::cancelled.
+TEST_F(SandboxTest, ExecuteHandsItsOutputToASinkAsItArrives) {
+    with_sandbox([&](PodExecSandbox& s) -> asio::awaitable<void> {
+        Sandbox& sandbox = s;
+        std::size_t out = 0, xs = 0;
+        std::string err;
+        OutputSink sink = [&](int stream, std::string_view data) -> asio::awaitable<bool> {
+            if (stream == 2) err.append(data);
+            else out += data.size(), xs += static_cast<std::size_t>(std::count(data.begin(), data.end(), 'x'));
+            co_return true;
+        };
+        const std::size_t total = 3 * s.options().max_output_bytes + 11;
+        auto r = co_await sandbox.execute(
+            "head -c " + std::to_string(total) + " /dev/zero | tr '\\0' x; echo \"$PWD\" >&2; exit 7",
+            std::chrono::seconds(60), sink);
+        EXPECT_TRUE(r && r->exit_code == 7 && r->output.empty() && !r->truncated)
+            << (r ? r->output : r.error().describe());
+        EXPECT_EQ(out, total);
+        EXPECT_EQ(xs, total);
+        EXPECT_EQ(err, "/workspace\n");  // the shell's working directory, as execute's
+
+        err.clear();
+        auto late = co_await sandbox.execute("sleep 371; echo never", std::chrono::seconds(1), sink);
+        EXPECT_TRUE(late && late->exit_code == 124 && late->output == "Command timed out after 1 seconds")
+            << (late ? late->output : late.error().describe());
+        EXPECT_EQ(co_await processes_left(s, "sleep 371"), "");
+
+        OutputSink stop = [](int, std::string_view) -> asio::awaitable<bool> { co_return false; };
+        auto stopped = co_await sandbox.execute("yes 4244 | cat", std::chrono::seconds(60), stop);
+        EXPECT_TRUE(!stopped && stopped.error().is(errc::cancelled))
+            << (stopped ? stopped->output : stopped.error().describe());
+        EXPECT_EQ(co_await processes_left(s, "yes 4244"), "");
     });
 }
 

@@ -1,6 +1,6 @@
-// Sandbox::upload_from and download_to as every sandbox gets them (through upload_files and
-// download_files), the source held to its size, and PolicySandbox in front of both; over a
-// sandbox that keeps its files in memory.
+// Sandbox::upload_from, download_to and execute into a sink as every sandbox gets them (through
+// upload_files, download_files and execute), the source held to its size, and PolicySandbox in
+// front of them; over a sandbox that keeps its files in memory.
 #include "sandbox/byte_streams.hpp"
 #include "../support/byte_pieces.hpp"
 #include "../support/run_test.hpp"
@@ -22,13 +22,18 @@ using namespace kubesandbox;
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
-// Files in a map; execute answers only the policy's canonical-path question (paths as given).
+// Files in a map; execute answers the commands in `answers_`, and no other.
 class MemorySandbox final : public Sandbox {
 public:
     const std::string& id() const override { return id_; }
-    asio::awaitable<Result<ExecuteResponse>> execute(std::string, std::optional<std::chrono::seconds>) override {
-        co_return fail(errc::unsupported, "no commands here");
+    using Sandbox::execute;
+    asio::awaitable<Result<ExecuteResponse>> execute(std::string command,
+                                                     std::optional<std::chrono::seconds>) override {
+        auto it = answers_.find(command);
+        if (it == answers_.end()) co_return fail(errc::unsupported, "no command " + command + " here");
+        co_return it->second;
     }
+    std::map<std::string, ExecuteResponse> answers_;
     asio::awaitable<Result<std::vector<FileUploadResponse>>> upload_files(
         std::vector<std::pair<std::string, std::string>> files) override {
         std::vector<FileUploadResponse> out;
@@ -174,6 +179,55 @@ TEST(ByteStreams, EverySandboxStreamsThroughItsFileCalls) {
         auto short_one = co_await box.upload_from("/short", 10, pieces_of("12345"));
         EXPECT_FALSE(short_one);
         EXPECT_EQ(box.files_.count("/short"), 0u);
+    });
+}
+
+TEST(ByteStreams, EverySandboxHandsExecutesOutputToASink) {
+    run([]() -> asio::awaitable<void> {
+        auto box = std::make_shared<MemorySandbox>();
+        const std::string big(2 * 1024 * 1024 + 3, 'x');
+        box->answers_["print"] = ExecuteResponse{big, 3, true};
+        box->answers_["slow"] = ExecuteResponse{"Command timed out after 5 seconds", 124, false};
+        std::string out;
+        std::vector<std::pair<int, std::size_t>> pieces;
+        OutputSink collect = [&](int stream, std::string_view data) -> asio::awaitable<bool> {
+            pieces.emplace_back(stream, data.size());
+            out.append(data);
+            co_return true;
+        };
+        auto r = co_await box->execute("print", std::nullopt, collect);
+        EXPECT_TRUE(r && r->output.empty() && r->exit_code == 3 && r->truncated);
+        EXPECT_TRUE(out == big);
+        EXPECT_EQ(pieces, (std::vector<std::pair<int, std::size_t>>{{1, 1048576}, {1, 1048576}, {1, 3}}));
+        // A timeout's message stays the response's output.
+        pieces.clear();
+        r = co_await box->execute("slow", std::nullopt, collect);
+        EXPECT_TRUE(r && r->exit_code == 124 && r->output == "Command timed out after 5 seconds" && pieces.empty());
+        OutputSink stop = [](int, std::string_view) -> asio::awaitable<bool> { co_return false; };
+        r = co_await box->execute("print", std::nullopt, stop);
+        EXPECT_TRUE(!r && r.error().is(errc::cancelled));
+        r = co_await box->execute("unknown", std::nullopt, collect);
+        EXPECT_TRUE(!r && r.error().is(errc::unsupported));
+
+        // In front of it, a policy: a refusal goes to the sink as stderr, and is audited; the rest
+        // passes through.
+        FilePolicy policy;
+        policy.deny_commands = {"rm -rf"};
+        std::vector<std::string> audited;
+        policy.audit = [&](const AuditEvent& e) -> Result<void> {
+            audited.push_back(e.operation + " " + e.target);
+            return {};
+        };
+        PolicySandbox guarded(box, policy);
+        pieces.clear();
+        out.clear();
+        r = co_await guarded.execute("rm -rf /", std::nullopt, collect);
+        EXPECT_TRUE(r && r->exit_code == 126 && r->output.empty());
+        EXPECT_TRUE(pieces.size() == 1 && pieces[0].first == 2 && out.find("refused by policy") != std::string::npos);
+        out.clear();
+        r = co_await guarded.execute("print", std::nullopt, collect);
+        EXPECT_TRUE(r && r->exit_code == 3 && out == big);
+        EXPECT_EQ(audited, (std::vector<std::string>{"execute rm -rf /", "execute print"}));
     });
 }
 
