@@ -144,8 +144,10 @@ void scenario_manager_warm(asio::io_context& io, LocalCluster& cluster, const Si
     warm_options.connection = *connection;
     warm_options.ready_timeout = 300s;
     AgentSandboxProviderOptions cold_options = warm_options;
-    cold_options.warm_pool.clear();  // claims name the template: always a new Sandbox
+    // v1alpha1 claims naming the template and no pool: always a new Sandbox.
+    cold_options.warm_pool.clear();
     cold_options.template_name = "busybox-runtime";
+    cold_options.claim_api_version = "v1alpha1";
     auto warm_provider = std::make_shared<CountingProvider>(std::make_shared<AgentSandboxProvider>(kube, warm_options));
     auto cold_provider = std::make_shared<CountingProvider>(std::make_shared<AgentSandboxProvider>(kube, cold_options));
     const ResourcePath pools{"extensions.agents.x-k8s.io", "v1beta1", "sandboxwarmpools", "default", ""};

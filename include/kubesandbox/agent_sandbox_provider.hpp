@@ -22,9 +22,10 @@ namespace kubesandbox {
 struct AgentSandboxProviderOptions {
     std::string namespace_name{"default"};
     // The claim's spec.warmPoolRef (v1beta1, agent-sandbox ≥ 0.5). With `template_name` set,
-    // claims name the template (spec.sandboxTemplateRef, v1alpha1) where the cluster serves
-    // v1alpha1, else the pool in the namespace that serves the template (warm_pool when it does);
-    // an empty warm_pool with a template asks v1alpha1 for a cold start (spec.warmpool "none").
+    // claims name the pool in the namespace that serves the template (warm_pool when it does);
+    // on a cluster serving only v1alpha1 (before 0.5) they name the template
+    // (spec.sandboxTemplateRef), and an empty warm_pool asks for a cold start (warmpool "none").
+    // v1beta1 has no way to ask for a cold start but a pool of 0 replicas.
     std::string warm_pool{"python-runtime"};
     std::string template_name{};
     // Empty: chosen from the versions the cluster serves (one discovery read, kept).
@@ -81,7 +82,8 @@ public:
     boost::asio::awaitable<Result<Acquisition>> acquire(GetOrCreateOptions options) override;
     boost::asio::awaitable<Result<SandboxInfo>> describe(std::string id) override;
     boost::asio::awaitable<Result<SandboxPage>> list(ListSandboxesOptions options) override;
-    // Deletes the claim (the controller's owner references take the Sandbox and Pod with it).
+    // Deletes the claim (the controller's owner references take the Sandbox and Pod with it); a
+    // claim under the name that kubesandbox did not make is left alone (errc::conflict).
     boost::asio::awaitable<Result<bool>> delete_sandbox(std::string id) override;
     boost::asio::awaitable<Result<CleanupResult>> cleanup(CleanupOptions options) override;
     // The SandboxWarmPool's status (available = readyReplicas, target = spec.replicas).

@@ -5,8 +5,7 @@
 #include <kubesandbox/file_ops.hpp>
 #include <kubesandbox/sandbox_manager.hpp>
 
-#include "../support/local_cluster_fixture.hpp"
-#include "../support/runtime_pod.hpp"
+#include "agent_sandbox_fixture.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/json/serialize.hpp>
@@ -18,44 +17,7 @@ namespace asio = boost::asio;
 namespace json = boost::json;
 using namespace kubesandbox;
 using namespace std::chrono_literals;
-
-class AgentSandboxTest : public kubesandbox::test::LocalClusterTest {
-protected:
-    static void SetUpTestSuite() {
-        LocalClusterOptions options;
-        options.agent_sandbox = true;
-        options.agent_sandbox_pool_replicas = 2;
-        start_suite(options);
-    }
-
-    std::shared_ptr<AgentSandboxProvider> provider(AgentSandboxProviderOptions options) {
-        if (!options.tunnel_to_pods) options.connection = test::local_router(*cluster_, io_.get_executor());
-        options.ready_timeout = 60s;
-        return std::make_shared<AgentSandboxProvider>(client(), std::move(options));
-    }
-
-    AgentSandboxProviderOptions busybox() {
-        AgentSandboxProviderOptions o;
-        o.warm_pool = "busybox-runtime";
-        return o;
-    }
-
-    // Until the provider's warm pool has a ready sandbox (bounded by the test's deadline).
-    asio::awaitable<void> pool_filled(AgentSandboxProvider& p) {
-        for (;;) {
-            auto ps = co_await p.pool_status();
-            if (ps && ps->available >= 1) co_return;
-            co_await test::sleep_for(50ms);
-        }
-    }
-
-    asio::awaitable<std::size_t> claims_named(std::string name) {
-        auto kube = client();
-        ResourcePath p{"extensions.agents.x-k8s.io", "v1beta1", "sandboxclaims", "default", ""};
-        auto got = co_await kube.get(p.with_name(name));
-        co_return got ? 1u : 0u;
-    }
-};
+using test::agent::AgentSandboxTest;
 
 TEST_F(AgentSandboxTest, ClaimsAreServedWarmThenColdAndReconnected) {
     auto p = provider(busybox());
@@ -119,69 +81,6 @@ TEST_F(AgentSandboxTest, ClaimsAreServedWarmThenColdAndReconnected) {
         EXPECT_TRUE(gone && !*gone);
         auto missing = co_await p->reconnect("conversation-1");
         EXPECT_TRUE(!missing && missing.error().code == errc::not_found);
-    });
-}
-
-// A template names the claim's template where v1alpha1 is served (the local cluster serves both,
-// as agent-sandbox 0.5 did), and the pool that serves it where only v1beta1 is (1.0).
-TEST_F(AgentSandboxTest, ATemplateIsClaimedInTheShapeTheClusterTakes) {
-    run([&]() -> asio::awaitable<void> {
-        auto kube = client();
-        auto spec_of = [&](const std::string& version, const std::string& claim) -> asio::awaitable<std::string> {
-            ResourcePath p{"extensions.agents.x-k8s.io", version, "sandboxclaims", "default", claim};
-            auto got = co_await kube.get(p);
-            const json::value* spec = got ? got->if_contains("spec") : nullptr;
-            co_return spec ? json::serialize(*spec) : "none";
-        };
-        GetOrCreateOptions o;
-        auto by_template = busybox();
-        by_template.template_name = "busybox-runtime";
-        by_template.warm_pool.clear();  // v1alpha1: always cold
-        auto cold = provider(by_template);
-        o.sandbox_id = "by-template";
-        auto a = co_await cold->acquire(o);
-        EXPECT_TRUE(a && a->origin == SandboxOrigin::created) << (a ? "" : a.error().describe());
-        const std::string claim = AgentSandboxProvider::claim_name_for("by-template");
-        EXPECT_EQ(co_await spec_of("v1alpha1", claim),
-                  R"({"sandboxTemplateRef":{"name":"busybox-runtime"},"warmpool":"none"})");
-        if (a) {
-            auto r = co_await a->sandbox->execute("echo $((6*7))");
-            EXPECT_TRUE(r && r->output == "42\n") << (r ? r->output : r.error().describe());
-        }
-        EXPECT_TRUE(co_await cold->delete_sandbox("by-template"));
-
-        // Pinned to v1beta1: the pool whose template it is (python-runtime serves another one).
-        by_template.claim_api_version = "v1beta1";
-        by_template.warm_pool = "python-runtime";
-        auto through_pool = provider(by_template);
-        o.sandbox_id = "through-pool";
-        a = co_await through_pool->acquire(o);
-        EXPECT_TRUE(a.has_value()) << (a ? "" : a.error().describe());
-        EXPECT_EQ(co_await spec_of("v1beta1", AgentSandboxProvider::claim_name_for("through-pool")),
-                  R"({"warmPoolRef":{"name":"busybox-runtime"}})");
-        if (a) {
-            auto r = co_await a->sandbox->execute("echo pooled");
-            EXPECT_TRUE(r && r->output == "pooled\n") << (r ? r->output : r.error().describe());
-        }
-        auto ps = co_await through_pool->pool_status();
-        EXPECT_TRUE(ps && ps->target == 2) << (ps ? "" : ps.error().describe());  // busybox-runtime's
-        EXPECT_TRUE(co_await through_pool->delete_sandbox("through-pool"));
-
-        // No pool serves the template: refused before any claim is made. As a v1alpha1 claim the
-        // controller answers TemplateNotFound, and the claim is deleted.
-        by_template.template_name = "no-such-template";
-        o.sandbox_id = "no-template";
-        a = co_await provider(by_template)->acquire(o);
-        EXPECT_TRUE(!a && a.error().code == errc::invalid_config &&
-                    a.error().message.find("no SandboxWarmPool in default serves template no-such-template") !=
-                        std::string::npos)
-            << (a ? "acquired" : a.error().describe());
-        by_template.claim_api_version.clear();
-        a = co_await provider(by_template)->acquire(o);
-        EXPECT_TRUE(!a && a.error().code == errc::invalid_config &&
-                    a.error().message.find("TemplateNotFound") != std::string::npos)
-            << (a ? "acquired" : a.error().describe());
-        EXPECT_EQ(co_await claims_named(AgentSandboxProvider::claim_name_for("no-template")), 0u);
     });
 }
 
@@ -380,45 +279,6 @@ TEST_F(AgentSandboxTest, AClaimDeletedWhileItsWatchIsReestablishedFailsAtOnce) {
         EXPECT_LT(std::chrono::steady_clock::now() - begun, 20s);
         co_await kube.remove(pools.with_name("never-ready"));
         co_await kube.remove(templates.with_name("never-ready"));
-    });
-}
-
-// The claim deleted while a command runs: the controller takes the Sandbox and its pod, and the
-// command ends with a typed error long before it would have finished.
-TEST_F(AgentSandboxTest, AClaimDeletedMidCommandEndsTheCommandWithATypedError) {
-    using namespace boost::asio::experimental::awaitable_operators;
-    auto p = provider(busybox());
-    run([&]() -> asio::awaitable<void> {
-        GetOrCreateOptions o;
-        o.sandbox_id = "deleted-mid-command";
-        auto a = co_await p->acquire(o);
-        EXPECT_TRUE(a.has_value()) << (a ? "" : a.error().describe());
-        if (!a) co_return;
-        Sandbox& sb = *a->sandbox;
-        auto long_command = [&]() -> asio::awaitable<Result<ExecuteResponse>> {
-            co_return co_await sb.execute("sleep 47; echo finished", std::chrono::seconds(90));
-        };
-        auto delete_when_running = [&]() -> asio::awaitable<void> {
-            for (int i = 0; i < 200; ++i) {
-                auto ps = co_await sb.execute("ps | grep -c '[s]leep 47'");
-                if (ps && ps->output == "1\n") break;
-                co_await test::sleep_for(50ms);
-            }
-            EXPECT_TRUE(co_await p->delete_sandbox("deleted-mid-command"));
-        };
-        auto begun = std::chrono::steady_clock::now();
-        auto r = co_await (long_command() && delete_when_running());
-        EXPECT_FALSE(r.has_value()) << (r ? r->output : "");
-        if (!r) {
-            const auto code = r.error().code;
-            EXPECT_TRUE(code == errc::service_unavailable || code == errc::connection_closed) << r.error().describe();
-        }
-        EXPECT_LT(std::chrono::steady_clock::now() - begun, 30s);
-        auto after = co_await sb.execute("true");
-        EXPECT_FALSE(after.has_value());
-        auto gone = co_await p->describe("deleted-mid-command");  // gone, or on its way out
-        EXPECT_TRUE(gone ? gone->status == "terminated" : gone.error().code == errc::not_found)
-            << (gone ? gone->status : gone.error().describe());
     });
 }
 

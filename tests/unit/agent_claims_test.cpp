@@ -61,8 +61,8 @@ TEST(AgentClaims, ChoosesTheClaimShapeFromWhatTheClusterServes) {
     EXPECT_NE(version({}).find("is agent-sandbox installed"), std::string::npos);
     EXPECT_NE(version(future).find("serves v2"), std::string::npos);
     o.template_name = "tmpl";
-    EXPECT_EQ(version(both), "v1alpha1");  // only it names a template
-    EXPECT_EQ(version(beta), "v1beta1");   // 1.0: through a pool of that template
+    EXPECT_EQ(version(both), "v1beta1");    // 0.5: through a pool of that template, not a conversion
+    EXPECT_EQ(version(alpha), "v1alpha1");  // before 0.5: the template by name
     o.claim_api_version = "v1beta1";
     EXPECT_EQ(version(alpha), "v1beta1");  // the option wins
 

@@ -1,9 +1,8 @@
 // AgentSandboxProvider: SandboxClaims through the API, the data plane through a router.
 #include <kubesandbox/agent_sandbox_provider.hpp>
 
-#include "proto/status.hpp"
 #include "proto/validation.hpp"
-#include "providers/agent_sandbox/claims.hpp"
+#include "providers/agent_sandbox/provider_state.hpp"
 #include "providers/raw/manifests.hpp"
 #include "providers/raw/naming.hpp"
 #include "util/bounded_for_each.hpp"
@@ -11,98 +10,32 @@
 #include "util/time_format.hpp"
 
 #include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/json/parse.hpp>
 
 #include <algorithm>
-#include <mutex>
 
 namespace kubesandbox {
 
 namespace asio = boost::asio;
 namespace json = boost::json;
-using agent_sandbox::ClaimShape;
+using agent_sandbox::claim_shape;
+using agent_sandbox::claims_path;
 using agent_sandbox::ClaimState;
+using agent_sandbox::delete_quietly;
+using agent_sandbox::make_sandbox;
+using agent_sandbox::record_claim_activity;
+using agent_sandbox::StatePtr;
+using agent_sandbox::wait_ready;
 using std::chrono::steady_clock;
 using std::chrono::system_clock;
 using util::metadata_of;
 using util::string_at;
 
-struct AgentSandboxProvider::State {
-    State(KubeClient c, AgentSandboxProviderOptions o) : client(std::move(c)), options(std::move(o)) {}
-    KubeClient client;
-    AgentSandboxProviderOptions options;
-    std::mutex mutex;
-    std::map<std::string, steady_clock::time_point> activity_sent;  // claim name -> last PATCH
-    std::optional<std::string> version;                             // the claims' API version, once known
-    std::optional<ClaimShape> shape;                                // dropped when the pool or template went
-};
-
 namespace {
 
-using StatePtr = std::shared_ptr<AgentSandboxProvider::State>;
 constexpr auto tuple_awaitable = asio::as_tuple(asio::use_awaitable);
-
-// The claims' API version: the option, or the cluster's choice read once from discovery.
-asio::awaitable<Result<std::string>> claim_version(StatePtr st) {
-    {
-        std::lock_guard lock(st->mutex);
-        if (st->version) co_return *st->version;
-    }
-    std::vector<std::string> served;
-    if (st->options.claim_api_version.empty()) {
-        auto got = co_await st->client.request("GET", std::string("/apis/") + agent_sandbox::claims_group);
-        if (!got) co_return fail(got.error());
-        if (got->status == 200) {
-            boost::system::error_code ec;
-            auto doc = json::parse(got->body, ec);
-            if (ec || !doc.is_object())
-                co_return fail(errc::invalid_response,
-                               std::string("unreadable discovery document of ") + agent_sandbox::claims_group);
-            served = agent_sandbox::served_versions(doc.get_object());
-        } else if (got->status != 404) {
-            co_return fail(proto::error_from_response(got->status, got->content_type, got->body));
-        }
-    }
-    auto version = agent_sandbox::choose_claim_version(st->options, served);
-    if (!version) co_return fail(version.error());
-    std::lock_guard lock(st->mutex);
-    st->version = *version;
-    co_return *version;
-}
-
-// What a new claim names (pool or template), read from the namespace's pools when the options
-// name the other one.
-asio::awaitable<Result<ClaimShape>> claim_shape(StatePtr st) {
-    {
-        std::lock_guard lock(st->mutex);
-        if (st->shape) co_return *st->shape;
-    }
-    auto version = co_await claim_version(st);
-    if (!version) co_return fail(version.error());
-    json::array pools;
-    if (agent_sandbox::shape_needs_pools(st->options, *version)) {
-        ResourcePath p{agent_sandbox::claims_group, *version, "sandboxwarmpools", st->options.namespace_name, ""};
-        auto page = co_await st->client.list(p);
-        if (!page) co_return fail(page.error());
-        pools = std::move(page->items);
-    }
-    auto shape = agent_sandbox::complete_claim_shape(st->options, *version, pools);
-    if (!shape) co_return fail(shape.error());
-    std::lock_guard lock(st->mutex);
-    st->shape = *shape;
-    co_return *shape;
-}
-
-asio::awaitable<Result<ResourcePath>> claims_path(StatePtr st) {
-    auto version = co_await claim_version(st);
-    if (!version) co_return fail(version.error());
-    co_return agent_sandbox::claims_path(st->options.namespace_name, *version);
-}
 
 // Raw mode's identity rules (reserved keys, sanitised values, originals kept) for the claim.
 RawProviderOptions identity_options(const AgentSandboxProviderOptions& o) {
@@ -147,159 +80,6 @@ Error claim_error(const ClaimState& s, const std::string& claim) {
     return make_error(errc::pod_failed, text);
 }
 
-// Debounced, detached PATCH of the claim's last-activity annotation.
-void record_claim_activity(const StatePtr& st, const std::string& claim) {
-    {
-        std::lock_guard lock(st->mutex);
-        auto& last = st->activity_sent[claim];
-        auto now = steady_clock::now();
-        if (last != steady_clock::time_point{} && now - last < st->options.activity_debounce) return;
-        last = now;
-    }
-    json::object body{
-        {"metadata", json::object{{"annotations", json::object{{keys::last_activity, util::now_rfc3339()}}}}}};
-    asio::co_spawn(
-        st->client.get_executor(),
-        [st, claim, body]() mutable -> asio::awaitable<void> {
-            auto p = co_await claims_path(st);
-            auto r = p ? co_await st->client.patch(p->with_name(claim), json::value(std::move(body)), PatchType::merge)
-                       : Result<json::object>(fail(p.error()));
-            if (!r && !r.error().is(errc::not_found))
-                st->options.logger.warning("agent-sandbox: recording activity of " + claim + ": " +
-                                           r.error().describe());
-        },
-        asio::detached);
-}
-
-std::unique_ptr<Sandbox> make_sandbox(const StatePtr& st, const std::string& claim, const ClaimState& state) {
-    const auto& o = st->options;
-    RouterSandboxOptions r;
-    r.sandbox_name = state.sandbox_name;
-    r.namespace_name = o.namespace_name;
-    r.id = o.namespace_name + "/" + claim;
-    r.port = o.runtime_port;
-    if (o.send_pod_ip && !state.pod_ip.empty()) r.pod_ip = state.pod_ip;
-    r.base_dir = o.base_dir;
-    r.max_output_bytes = o.max_output_bytes;
-    r.default_timeout = o.default_exec_timeout;
-    r.max_file_bytes = o.max_file_bytes;
-    std::weak_ptr<AgentSandboxProvider::State> weak = st;
-    r.on_activity = [weak, claim] {
-        if (auto s = weak.lock()) record_claim_activity(s, claim);
-    };
-    std::shared_ptr<RouterConnection> connection = o.connection;
-    if (o.tunnel_to_pods) {
-        TunnelConnectionOptions tunnel;
-        tunnel.namespace_name = o.namespace_name;
-        tunnel.pod = state.sandbox_name;
-        tunnel.port = o.runtime_port;
-        tunnel.max_connections = 8;
-        auto made = make_tunnel_connection(st->client, tunnel);
-        if (made) connection = *made;  // only fails without a pod or port, both set here
-    }
-    if (o.direct_to_pods) {
-        DirectConnectionOptions direct;
-        direct.url = agent_sandbox::in_cluster_url(state, o.namespace_name, o.runtime_port);
-        direct.max_connections = 8;
-        auto made = make_direct_connection(st->client.get_executor(), direct);
-        if (made) connection = *made;  // in_cluster_url only builds valid http:// URLs
-    }
-    if (o.runtime) return o.runtime(connection, std::move(r));
-    return std::make_unique<RouterSandbox>(connection, std::move(r));
-}
-
-// Waits with one watch (re-established from the last resourceVersion, after one read on 410)
-// until the claim `uid` names is ready, has failed for good, or the deadline passes.
-asio::awaitable<Result<ClaimState>> wait_ready(StatePtr st, std::string claim, std::string uid,
-                                               std::string resource_version, steady_clock::time_point deadline) {
-    auto claims = co_await claims_path(st);
-    if (!claims) co_return fail(claims.error());
-    ResourcePath path = *claims;
-    auto deleted = [] {
-        ClaimState gone;
-        gone.kind = ClaimState::Kind::failed;
-        gone.reason = "ClaimDeleted";
-        gone.message = "the claim was deleted while waiting for it";
-        return gone;
-    };
-    bool read_again = false;  // the watch's history is gone: read the claim, then watch from there
-    int reads_in_a_row = 0;
-    while (true) {
-        auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - steady_clock::now());
-        if (left.count() <= 0) co_return fail(errc::startup_timeout, "sandbox claim " + claim + " not ready in time");
-        if (read_again) {
-            // Never a tight loop, whatever a server answers: a pause from the second time on.
-            if (++reads_in_a_row > 1) {
-                asio::steady_timer pause(co_await asio::this_coro::executor,
-                                         std::chrono::milliseconds(std::min(1000, 100 * reads_in_a_row)));
-                co_await pause.async_wait(tuple_awaitable);
-            }
-            // A deletion in the gap would never be seen by a fresh watch: it starts from what
-            // exists. Listed (by name), not read: the watch goes on from the list's
-            // resourceVersion, which is current; the claim's own may be older than the server's
-            // history and answer 410 again.
-            ListOptions lo;
-            lo.field_selector = "metadata.name=" + claim;
-            auto listed = co_await st->client.list(path, lo);
-            if (!listed) co_return fail(listed.error());
-            const json::object* current = nullptr;
-            for (const auto& item : listed->items)
-                if (item.is_object() && string_at(metadata_of(item.get_object()), "name") == claim)
-                    current = &item.get_object();
-            if (!current) co_return deleted();
-            // Made again under the name in the gap: ours was deleted.
-            if (!uid.empty() && string_at(metadata_of(*current), "uid") != uid) co_return deleted();
-            auto state = agent_sandbox::evaluate_claim(*current);
-            if (state.kind != ClaimState::Kind::pending) co_return state;
-            resource_version = listed->resource_version;
-            read_again = false;
-        }
-        WatchOptions w;
-        w.field_selector = "metadata.name=" + claim;
-        w.resource_version = resource_version;
-        w.timeout_seconds = static_cast<int>(std::max<std::int64_t>(1, left.count()));
-        w.idle_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(left) + std::chrono::seconds(5);
-        auto stream = co_await st->client.watch(path, w);
-        if (!stream) {
-            if (stream.error().is(errc::gone) || stream.error().is(errc::expired)) {
-                read_again = true;
-                continue;
-            }
-            co_return fail(stream.error());
-        }
-        while (true) {
-            auto event = co_await stream->next();
-            if (!event) {
-                if (event.error().is(errc::gone) || event.error().is(errc::expired)) read_again = true;
-                if (event.error().is(errc::timeout) && steady_clock::now() >= deadline)
-                    co_return fail(errc::startup_timeout, "sandbox claim " + claim + " not ready in time");
-                break;  // re-watch
-            }
-            if (!*event) break;  // the server ended the watch
-            const WatchEvent& ev = **event;
-            if (ev.type == WatchEvent::Type::error) {
-                read_again = true;
-                break;
-            }
-            resource_version = string_at(metadata_of(ev.object), "resourceVersion");
-            reads_in_a_row = 0;
-            if (ev.type == WatchEvent::Type::bookmark) continue;
-            if (ev.type == WatchEvent::Type::deleted) co_return deleted();
-            auto state = agent_sandbox::evaluate_claim(ev.object);
-            if (state.kind != ClaimState::Kind::pending) co_return state;
-        }
-    }
-}
-
-// Deletes the claim `uid` names: a claim made again under its name by another caller meanwhile stays.
-asio::awaitable<void> delete_quietly(StatePtr st, std::string claim, std::string uid) {
-    auto p = co_await claims_path(st);
-    if (!p) co_return;  // only after the version was known: not reached
-    DeleteOptions options;
-    options.precondition_uid = std::move(uid);
-    co_await st->client.remove(p->with_name(claim), std::move(options));
-}
-
 // Ours: managed by kubesandbox and, when asked for by caller id, made for that id.
 bool ours(const json::object& claim, const std::optional<std::string>& label) {
     return util::label_of(claim, keys::managed_by) == keys::managed_by_value &&
@@ -337,9 +117,10 @@ asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOp
                                        request.ttl_idle_seconds, util::now_rfc3339());
     if (!identity) co_return fail(identity.error());
     const auto deadline = steady_clock::now() + o.ready_timeout;
-    auto shape = co_await claim_shape(st);
-    if (!shape) co_return fail(shape.error());
-    const ResourcePath path = agent_sandbox::claims_path(o.namespace_name, shape->api_version);
+    // The claim's shape (its pool or template) matters only to a claim made here.
+    auto claims = co_await claims_path(st);
+    if (!claims) co_return fail(claims.error());
+    const ResourcePath path = *claims;
     SandboxOrigin origin = SandboxOrigin::existing;
     bool created_here = false;
     std::string resource_version;
@@ -381,6 +162,8 @@ asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOp
             if (origin == SandboxOrigin::existing) origin = SandboxOrigin::adopted;
         } else if (existing.error().is(errc::not_found)) {
             if (!request.create_if_missing) co_return fail(errc::not_found, "no sandbox " + id);
+            auto shape = co_await claim_shape(st);
+            if (!shape) co_return fail(shape.error());
             auto body = agent_sandbox::build_claim(o, *shape, claim, identity->labels, identity->annotations,
                                                    request.ttl_seconds ? request.ttl_seconds : o.default_ttl_seconds,
                                                    system_clock::now());
@@ -402,10 +185,9 @@ asio::awaitable<Result<Acquisition>> AgentSandboxProvider::acquire(GetOrCreateOp
             // A claim this call made and that never became usable is not left behind.
             if (created_here) co_await delete_quietly(st, claim, claim_uid);
             if (!state) co_return fail(state.error());
-            if (state->reason == "WarmPoolNotFound" || state->reason == "TemplateNotFound") {
-                std::lock_guard lock(st->mutex);
-                st->shape.reset();  // the next claim looks for the pool (or template) again
-            }
+            // The next claim looks for the pool (or template) again.
+            if (state->reason == "WarmPoolNotFound" || state->reason == "TemplateNotFound")
+                agent_sandbox::forget_shape(st);
             co_return fail(claim_error(*state, claim));
         }
         if (created_here && origin == SandboxOrigin::created && state->sandbox_name != claim)
@@ -459,7 +241,16 @@ asio::awaitable<Result<bool>> AgentSandboxProvider::delete_sandbox(std::string i
     if (!claim) co_return fail(claim.error());
     auto p = co_await claims_path(st);
     if (!p) co_return fail(p.error());
-    auto removed = co_await st->client.remove(p->with_name(*claim));
+    // Only a claim of ours, and the one read: a claim someone else made under the name stays.
+    auto got = co_await st->client.get(p->with_name(*claim));
+    if (!got && got.error().is(errc::not_found)) co_return false;
+    if (!got) co_return fail(got.error());
+    if (util::label_of(*got, keys::managed_by) != keys::managed_by_value)
+        co_return fail(errc::conflict, "sandbox claim " + *claim + " was not made by kubesandbox; left alone");
+    DeleteOptions options;
+    options.precondition_uid = string_at(metadata_of(*got), "uid");
+    auto removed = co_await st->client.remove(p->with_name(*claim), std::move(options));
+    if (!removed && removed.error().is(errc::not_found)) co_return false;
     if (!removed) co_return fail(removed.error());
     co_return removed->found;
 }
@@ -531,11 +322,14 @@ asio::awaitable<Result<CleanupResult>> AgentSandboxProvider::cleanup(CleanupOpti
 asio::awaitable<Result<PoolStatus>> AgentSandboxProvider::pool_status() {
     StatePtr st = state_;
     PoolStatus ps;
+    // The pool new claims name; the option's when that is unknown (the template's pool is not
+    // found, or a v1alpha1 claim names no pool).
+    auto version = co_await agent_sandbox::claim_version(st);
+    if (!version) co_return fail(version.error());
     auto shape = co_await claim_shape(st);
-    if (!shape) co_return fail(shape.error());
-    if (!shape->warm_pool.empty()) {
-        ResourcePath p{agent_sandbox::claims_group, shape->api_version, "sandboxwarmpools", st->options.namespace_name,
-                       shape->warm_pool};
+    const std::string pool = shape && !shape->warm_pool.empty() ? shape->warm_pool : st->options.warm_pool;
+    if (!pool.empty()) {
+        ResourcePath p{agent_sandbox::claims_group, *version, "sandboxwarmpools", st->options.namespace_name, pool};
         auto pool = co_await st->client.get(p);
         if (!pool) co_return fail(pool.error());
         const json::object* spec = util::object_at(*pool, "spec");

@@ -45,7 +45,6 @@ Result<std::string> choose_claim_version(const AgentSandboxProviderOptions& opti
     if (served.empty())
         return fail(errc::invalid_config,
                     std::string("the cluster does not serve ") + claims_group + " (is agent-sandbox installed?)");
-    if (!options.template_name.empty() && has(served, v1alpha1)) return std::string(v1alpha1);
     if (has(served, v1beta1)) return std::string(v1beta1);
     if (has(served, v1alpha1)) return std::string(v1alpha1);
     std::string listed;

@@ -27,9 +27,10 @@ struct ClaimShape {
 // The versions an APIGroup discovery document lists (versions[].version), in its order.
 std::vector<std::string> served_versions(const boost::json::object& api_group);
 
-// The version to speak: options.claim_api_version when set. Otherwise, of those the cluster
-// serves: v1alpha1 for a template when it is served (only it names a template, and only it can
-// ask for a cold start), else v1beta1, else v1alpha1. `served` empty: the group is not served.
+// The version to speak: options.claim_api_version when set, else v1beta1 when the cluster serves
+// it, else v1alpha1. Where both are served (agent-sandbox 0.5), v1alpha1 claims pass a conversion
+// webhook that names the pool "shadow-pool-<template>", which may not exist; so a template goes
+// through the pool that serves it there too. `served` empty: the group is not served.
 Result<std::string> choose_claim_version(const AgentSandboxProviderOptions& options,
                                          const std::vector<std::string>& served);
 
