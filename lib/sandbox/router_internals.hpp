@@ -8,6 +8,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -31,14 +32,23 @@ struct RunOutcome {
 // An error for a non-200 answer, typed by its status, with the body's "detail" or "message".
 Error status_error(unsigned status, std::string_view body, const std::string& what);
 
-// A response's body, whole up to `cap` (an answer other than 200 up to max_error_body).
+// Keeps the start of an error answer's body: up to max_error_body bytes in all.
+inline void keep_error_body(std::string& body, std::string_view chunk) {
+    body.append(chunk.substr(0, max_error_body - std::min(max_error_body, body.size())));
+}
+
+// A response's body, whole up to `cap`; of an answer other than 200, the first max_error_body
+// bytes (the rest is read and dropped, so the status still reaches the caller).
 class BytesSink final : public ResponseSink {
 public:
     explicit BytesSink(std::size_t cap) : cap_(cap) {}
     void on_head(unsigned s, std::string_view) override { status = s; }
     bool on_body(std::string_view chunk) override {
-        std::size_t limit = status == 200 ? cap_ : max_error_body;
-        if (body.size() + chunk.size() > limit) {
+        if (status != 200) {
+            keep_error_body(body, chunk);
+            return true;
+        }
+        if (body.size() + chunk.size() > cap_) {
             too_large = true;
             return false;
         }

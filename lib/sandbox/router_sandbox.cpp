@@ -13,7 +13,6 @@ namespace kubesandbox {
 
 namespace asio = boost::asio;
 namespace rp = runtime_protocol;
-using router_detail::max_error_body;
 using router_detail::RunOutcome;
 using router_detail::status_error;
 using std::chrono::steady_clock;
@@ -26,7 +25,7 @@ public:
     void on_head(unsigned s, std::string_view) override { status = s; }
     bool on_body(std::string_view chunk) override {
         if (status != 200) {
-            error_body.append(chunk.substr(0, max_error_body - std::min(max_error_body, error_body.size())));
+            router_detail::keep_error_body(error_body, chunk);
             return true;
         }
         if (!reader.write(chunk)) malformed = true;
@@ -208,6 +207,7 @@ asio::awaitable<Result<ExecuteResponse>> RouterSandbox::execute(std::string comm
     if (done->answered) {
         // The runtime's own failure is the command's stderr; a timeout's message stays the output.
         if (done->answered->exit_code != 124) {
+            done->answered->output += '\n';
             if (!co_await sink(2, done->answered->output))
                 co_return fail(errc::cancelled, "the output sink stopped the command");
             done->answered->output.clear();
