@@ -203,11 +203,14 @@ asio::awaitable<int> run_command(SandboxProvider& provider, const ModeInfo& mode
                     co_return 1;
                 }
                 if (!r) co_return report(r.error());
-                std::fwrite(r->output.data(), 1, r->output.size(), stdout);  // a timeout's message
-                std::fflush(stdout);
+                if (!r->output.empty())
+                    std::cerr << "kubesandbox: " << r->output << "; its processes were killed\n";  // a timeout
                 if (r->truncated)
                     std::cerr << "kubesandbox: output truncated at " << mode.max_output_bytes << " bytes\n";
-                if (!r->exit_code) co_return 1;
+                if (!r->exit_code) {
+                    std::cerr << "kubesandbox: exit code unknown (no status from the sandbox)\n";
+                    co_return 1;
+                }
                 co_return *r->exit_code & 0xff;
             }
             auto r = co_await (*sb)->execute(line, timeout);

@@ -168,9 +168,8 @@ private:
     std::shared_ptr<RouterConnection> to_;
 };
 
-// Files over a MiB go out as they are read, and come back as they arrive: below the base over
-// HTTP, elsewhere and through a link out of the base by commands, with raw mode's per-file
-// errors and no size limit.
+// The runtime's own listing and existence answers, for the base and below it; links followed,
+// and refused where they lead out of the base.
 TEST_F(RouterSandboxTest, TheRuntimeListsAndTellsWhatExists) {
     run([&]() -> asio::awaitable<void> {
         auto sb = co_await sandbox("rt-views");
@@ -221,6 +220,9 @@ TEST_F(RouterSandboxTest, TheRuntimeListsAndTellsWhatExists) {
     });
 }
 
+// Files over a MiB go out as they are read, and come back as they arrive: below the base over
+// HTTP, elsewhere and through a link out of the base by commands, with raw mode's per-file
+// errors and no size limit.
 TEST_F(RouterSandboxTest, LargeFilesStreamWhereverTheyAre) {
     options_.max_file_bytes = 1024;
     run([&]() -> asio::awaitable<void> {
