@@ -50,8 +50,8 @@ asio::awaitable<Result<std::vector<RuntimeEntry>>> RouterSandbox::list_directory
 }
 
 asio::awaitable<Result<bool>> RouterSandbox::exists(std::string path) {
-    // The answer echoes the path.
-    auto body = co_await Internals::read_view(*this, "exists", path, max_error_body + 2 * path.size());
+    // The answer echoes the path, JSON-escaped (at most 6 bytes a byte).
+    auto body = co_await Internals::read_view(*this, "exists", path, max_error_body + 6 * path.size());
     if (!body) co_return fail(body.error());
     auto exists = rp::parse_exists(*body);
     if (!exists) co_return fail(errc::invalid_response, "GET /exists of " + path + ": not an answer");

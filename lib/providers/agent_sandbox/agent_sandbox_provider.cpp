@@ -322,12 +322,13 @@ asio::awaitable<Result<CleanupResult>> AgentSandboxProvider::cleanup(CleanupOpti
 asio::awaitable<Result<PoolStatus>> AgentSandboxProvider::pool_status() {
     StatePtr st = state_;
     PoolStatus ps;
-    // The pool new claims name; the option's when that is unknown (the template's pool is not
-    // found, or a v1alpha1 claim names no pool).
+    // The pool new claims name: the shape's, or with a v1alpha1 template claim (which names no
+    // pool) the option's.
     auto version = co_await agent_sandbox::claim_version(st);
     if (!version) co_return fail(version.error());
     auto shape = co_await claim_shape(st);
-    const std::string pool = shape && !shape->warm_pool.empty() ? shape->warm_pool : st->options.warm_pool;
+    if (!shape) co_return fail(shape.error());
+    const std::string pool = shape->warm_pool.empty() ? st->options.warm_pool : shape->warm_pool;
     if (!pool.empty()) {
         ResourcePath p{agent_sandbox::claims_group, *version, "sandboxwarmpools", st->options.namespace_name, pool};
         auto pool = co_await st->client.get(p);

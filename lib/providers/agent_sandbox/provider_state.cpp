@@ -42,8 +42,9 @@ asio::awaitable<Result<std::string>> claim_version(StatePtr st) {
                 co_return fail(errc::invalid_response,
                                std::string("unreadable discovery document of ") + agent_sandbox::claims_group);
             served = agent_sandbox::served_versions(doc.get_object());
-        } else if (got->status == 401 || got->status == 403) {
+        } else if (got->status == 403) {
             // Allowed to use claims but not to read discovery: the version of agent-sandbox ≥ 0.5.
+            // (A 401 is a credentials problem, returned below like any other error.)
             st->options.logger.warning(std::string("agent-sandbox: discovery of ") + agent_sandbox::claims_group +
                                        " refused (HTTP " + std::to_string(got->status) + "); using v1beta1");
             served.push_back("v1beta1");
