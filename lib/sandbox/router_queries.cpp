@@ -28,10 +28,11 @@ asio::awaitable<Result<std::string>> RouterSandbox::Internals::read_view(RouterS
     RouterRequest request;
     request.method = "GET";
     request.target.append("/").append(route).append("/").append(*segment);
-    add_headers(request, self, std::nullopt, "");
+    const auto deadline = transfer_deadline(0);
+    add_headers(request, self, router_timeout_before(deadline), "");
     request.replay_safe = true;  // only when nothing came back
     BytesSink sink(cap);
-    auto status = co_await self.connection_->impl().send(std::move(request), transfer_deadline(0), sink);
+    auto status = co_await self.connection_->impl().send(std::move(request), deadline, sink);
     if (!status && sink.too_large && sink.status == 200)
         co_return fail(errc::invalid_response, "GET /" + std::string(route) + " of " + path + ": the answer is over " +
                                                    std::to_string(cap) + " bytes");
