@@ -26,9 +26,10 @@ constexpr std::array<std::int8_t, 256> make_table() {
 }
 constexpr auto table = make_table();
 
-std::optional<std::string> decode(std::string_view in, bool whole_groups) {
-    std::string out(in.size() / 4 * 3 + 3, '\0');
-    char* o = out.data();
+// Decodes `in` to `out` (room for in.size() / 4 * 3 + 3 bytes) and returns how many bytes it
+// wrote. `out` may be `in` itself: the output never overtakes the input it was read from.
+std::optional<std::size_t> decode_to(std::string_view in, char* const out, bool whole_groups) {
+    char* o = out;
     const auto* p = reinterpret_cast<const unsigned char*>(in.data());
     const auto* end = p + in.size();
     std::uint32_t acc = 0;
@@ -70,14 +71,18 @@ std::optional<std::string> decode(std::string_view in, bool whole_groups) {
         if (symbols % 4 == 0) group_end = o;
     }
     const std::size_t rem = symbols % 4;
-    if (whole_groups) {
-        out.resize(static_cast<std::size_t>(group_end - out.data()));
-        return out;
-    }
+    if (whole_groups) return static_cast<std::size_t>(group_end - out);
     if (rem == 1) return std::nullopt;
     if (padding != 0 && (rem == 0 || rem + padding != 4)) return std::nullopt;
     // Leftover bits must be zero in canonical encodings; be lenient like most decoders.
-    out.resize(static_cast<std::size_t>(o - out.data()));
+    return static_cast<std::size_t>(o - out);
+}
+
+std::optional<std::string> decode(std::string_view in, bool whole_groups) {
+    std::string out(in.size() / 4 * 3 + 3, '\0');
+    auto n = decode_to(in, out.data(), whole_groups);
+    if (!n) return std::nullopt;
+    out.resize(*n);
     return out;
 }
 
@@ -86,6 +91,13 @@ std::optional<std::string> decode(std::string_view in, bool whole_groups) {
 std::optional<std::string> base64_decode(std::string_view in) { return decode(in, false); }
 
 std::optional<std::string> base64_decode_whole_groups(std::string_view in) { return decode(in, true); }
+
+bool base64_decode_whole_groups_in_place(std::string& text) {
+    auto n = decode_to(text, text.data(), true);
+    if (!n) return false;
+    text.resize(*n);
+    return true;
+}
 
 std::string base64_encode(std::string_view in) {
     static constexpr char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

@@ -16,6 +16,9 @@ std::optional<std::string> base64_decode(std::string_view in);
 // the end left out rather than decoded, '=' taken as filling a group without the padding rules.
 // nullopt when anything else than base64 is in it, the incomplete group included.
 std::optional<std::string> base64_decode_whole_groups(std::string_view in);
+// The same, decoded over `text` itself (a large output is not held twice); false, and `text`
+// left unspecified, when it is not base64.
+bool base64_decode_whole_groups_in_place(std::string& text);
 
 std::string base64_encode(std::string_view in);
 

@@ -296,9 +296,9 @@ bool ExecuteResponseReader::truncated() const { return state_->parser.handler().
 
 namespace {
 
-// Base64 that may be cut anywhere (a capped stream): line breaks skipped, a partial last group
-// dropped. nullopt when something else than base64 is in it.
-std::optional<std::string> decode_prefix(std::string_view text) { return proto::base64_decode_whole_groups(text); }
+// Base64 that may be cut anywhere (a capped stream), decoded where it lies: line breaks
+// skipped, a partial last group dropped. false when something else than base64 is in it.
+bool decode_prefix(std::string& text) { return proto::base64_decode_whole_groups_in_place(text); }
 
 }  // namespace
 
@@ -340,14 +340,12 @@ DecodedRun decode_run(std::string stdout_text, std::string stderr_text, std::str
         } else if (auto cut = stderr_text.find("\n\n"); cut != std::string::npos) {
             stderr_text.resize(cut);
         }
-        auto out = decode_prefix(stdout_text);
-        auto err = decode_prefix(stderr_text);
-        if (!out || !err) {
+        if (!decode_prefix(stdout_text) || !decode_prefix(stderr_text)) {
             r.malformed = true;
             return r;
         }
-        r.stdout_bytes = std::move(*out);
-        r.stderr_bytes = std::move(*err);
+        r.stdout_bytes = std::move(stdout_text);
+        r.stderr_bytes = std::move(stderr_text);
         return r;
     }
     r.plain = true;

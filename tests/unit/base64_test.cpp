@@ -111,7 +111,12 @@ TEST(Base64, FastPathDecodesAsOneSymbolAtATime) {
         auto part = ks::proto::base64_decode_whole_groups(std::string_view(text).substr(0, cut));
         EXPECT_EQ(part, reference_whole_groups(std::string_view(text).substr(0, cut))) << text.substr(0, cut);
         EXPECT_TRUE(part && data.starts_with(*part));
+        std::string in_place = text.substr(0, cut);
+        EXPECT_TRUE(ks::proto::base64_decode_whole_groups_in_place(in_place));
+        EXPECT_EQ(in_place, part.value_or("")) << "decoded over itself";
     }
+    for (std::string bad : {"YW*jYWJj", "YWJjY!", "YQ==Y"})
+        EXPECT_FALSE(ks::proto::base64_decode_whole_groups_in_place(bad));
     EXPECT_EQ(ks::proto::base64_decode_whole_groups("YQ=="), "a");
     EXPECT_EQ(ks::proto::base64_decode_whole_groups("YWJjZA"), "abc");
     EXPECT_FALSE(ks::proto::base64_decode_whole_groups("YW*jYWJj"));

@@ -1,5 +1,6 @@
 // The client side of the python-runtime protocol, without sockets.
 #include "sandbox/runtime_protocol.hpp"
+#include "proto/base64.hpp"
 #include "sandbox/runtime_files.hpp"
 #include "sandbox/transfer_status.hpp"
 
@@ -111,6 +112,22 @@ TEST(RuntimeProtocol, DecodesTheWrappedRun) {
     // A marker the command printed itself in the middle of stderr is not a trailer.
     r = rp::decode_run("", m + "-timeout\nmore\n", m + "-timeout\nmore\n", false, m);
     EXPECT_TRUE(r.plain && !r.timed_out);
+}
+
+// A large output is decoded where its base64 text lies: the result is the same buffer, so the
+// output is not held twice while it is decoded.
+TEST(RuntimeProtocol, DecodesALargeOutputInItsOwnBuffer) {
+    const std::string m = "kubesandbox-timeout-0123456789abcdef";
+    std::string data(2'000'003, '\0');
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 7919) >> 3);
+    std::string text;
+    const std::string encoded = kubesandbox::proto::base64_encode(data);
+    for (std::size_t at = 0; at < encoded.size(); at += 76) text.append(encoded, at, 76).push_back('\n');
+    const char* buffer = text.data();
+    auto r = rp::decode_run(std::move(text), "\n" + m + "-base64 0\n", "\n" + m + "-base64 0\n", false, m);
+    ASSERT_FALSE(r.malformed || r.plain);
+    EXPECT_TRUE(r.stdout_bytes == data);
+    EXPECT_EQ(r.stdout_bytes.data(), buffer);
 }
 
 TEST(RuntimeProtocol, ComposesAndCapsOutput) {
