@@ -110,9 +110,14 @@ void record_claim_activity(const StatePtr& st, const std::string& claim) {
     asio::co_spawn(
         st->client.get_executor(),
         [st, claim, body]() mutable -> asio::awaitable<void> {
+            // No co_await inside a conditional expression: g++ 12 destroys its temporaries twice.
             auto p = co_await claims_path(st);
-            auto r = p ? co_await st->client.patch(p->with_name(claim), json::value(std::move(body)), PatchType::merge)
-                       : Result<json::object>(fail(p.error()));
+            if (!p) {
+                st->options.logger.warning("agent-sandbox: recording activity of " + claim + ": " +
+                                           p.error().describe());
+                co_return;
+            }
+            auto r = co_await st->client.patch(p->with_name(claim), json::value(std::move(body)), PatchType::merge);
             if (!r && !r.error().is(errc::not_found))
                 st->options.logger.warning("agent-sandbox: recording activity of " + claim + ": " +
                                            r.error().describe());
