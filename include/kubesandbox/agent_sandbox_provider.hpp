@@ -19,6 +19,18 @@
 
 namespace kubesandbox {
 
+// What the runtime-protocol seam gets for a ready claim.
+struct RuntimeEndpoint {
+    // Reaches the runtime's port: the router, a tunnel to the pod, or the pod's address.
+    std::shared_ptr<RouterConnection> connection{};
+    // The sandbox's name, namespace, port, pod IP, base dir, limits and activity callback.
+    RouterSandboxOptions options{};
+    // Another port of the same sandbox (a runtime that serves files and processes apart, as
+    // sandboxd does), reached the way `connection` is: a tunnel or a direct connection of its
+    // own; through the router, the router itself (requests name the port in X-Sandbox-Port).
+    std::function<Result<std::shared_ptr<RouterConnection>>(std::uint16_t port)> connect_port{};
+};
+
 struct AgentSandboxProviderOptions {
     std::string namespace_name{"default"};
     // The claim's spec.warmPoolRef (v1beta1, agent-sandbox ≥ 0.5). With `template_name` set,
@@ -55,11 +67,10 @@ struct AgentSandboxProviderOptions {
     std::map<std::string, std::string> default_labels{};
     std::chrono::seconds activity_debounce{30};
     Logger logger{};
-    // The runtime-protocol seam: makes the Sandbox for a ready claim (the endpoint in the
-    // options: sandbox name, namespace, port, pod IP, base dir, limits, activity callback).
-    // Empty = RouterSandbox (python-runtime's API); a sandboxd client plugs in here, leaving the
-    // provider, the manager and the file operations as they are.
-    std::function<std::unique_ptr<Sandbox>(std::shared_ptr<RouterConnection>, RouterSandboxOptions)> runtime{};
+    // The runtime-protocol seam: makes the Sandbox for a ready claim. Empty = RouterSandbox
+    // (python-runtime's API); a sandboxd client plugs in here, leaving the provider, the manager
+    // and the file operations as they are.
+    std::function<std::unique_ptr<Sandbox>(RuntimeEndpoint)> runtime{};
 };
 
 class AgentSandboxProvider final : public SandboxProvider {

@@ -6,6 +6,7 @@
 #include <kubesandbox/sandbox_manager.hpp>
 
 #include "agent_sandbox_fixture.hpp"
+#include "connection/router_connection.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/json/serialize.hpp>
@@ -18,6 +19,15 @@ namespace json = boost::json;
 using namespace kubesandbox;
 using namespace std::chrono_literals;
 using test::agent::AgentSandboxTest;
+
+struct BodySink final : ResponseSink {
+    void on_head(unsigned, std::string_view) override {}
+    bool on_body(std::string_view chunk) override {
+        body.append(chunk);
+        return body.size() < 4096;
+    }
+    std::string body;
+};
 
 TEST_F(AgentSandboxTest, ClaimsAreServedWarmThenColdAndReconnected) {
     auto p = provider(busybox());
@@ -372,15 +382,19 @@ TEST_F(AgentSandboxTest, ManagerAndFileOperationsWorkUnchanged) {
 
 TEST_F(AgentSandboxTest, AnotherRuntimeProtocolPlugsInWithoutTouchingTheProvider) {
     // A stand-in for a sandboxd client: it sees each ready claim's endpoint and serves the
-    // sandbox its own way (here: RouterSandbox with a base directory of its choosing).
+    // sandbox its own way (here: RouterSandbox with a base directory of its choosing), and it can
+    // reach another port of the sandbox, as sandboxd's process service needs.
     auto options = busybox();
     int made = 0;
     std::string seen_name;
-    options.runtime = [&](std::shared_ptr<RouterConnection> connection, RouterSandboxOptions endpoint) {
+    std::function<Result<std::shared_ptr<RouterConnection>>(std::uint16_t)> connect_port;
+    options.runtime = [&](RuntimeEndpoint endpoint) {
         ++made;
-        seen_name = endpoint.sandbox_name;
-        endpoint.base_dir = "/tmp";
-        return std::unique_ptr<Sandbox>(std::make_unique<RouterSandbox>(std::move(connection), std::move(endpoint)));
+        seen_name = endpoint.options.sandbox_name;
+        connect_port = endpoint.connect_port;
+        endpoint.options.base_dir = "/tmp";
+        return std::unique_ptr<Sandbox>(
+            std::make_unique<RouterSandbox>(std::move(endpoint.connection), std::move(endpoint.options)));
     };
     auto p = provider(options);
     run([&]() -> asio::awaitable<void> {
@@ -395,6 +409,28 @@ TEST_F(AgentSandboxTest, AnotherRuntimeProtocolPlugsInWithoutTouchingTheProvider
         EXPECT_TRUE(routed && routed->options().base_dir == "/tmp");
         auto r = co_await a->sandbox->execute("echo via the seam");
         EXPECT_TRUE(r && r->output == "via the seam\n");
+        // A second server in the sandbox, on port 9090 (busybox httpd puts itself in the background).
+        auto served = co_await a->sandbox->execute(
+            "mkdir -p /tmp/www && echo second port > /tmp/www/hello.txt && busybox httpd -p 9090 -h /tmp/www");
+        EXPECT_TRUE(served && served->exit_code == 0) << (served ? served->output : served.error().describe());
+        auto second = connect_port(9090);
+        EXPECT_TRUE(second) << (second ? "" : second.error().describe());
+        if (!second) co_return;
+        std::string body;
+        for (int i = 0; i < 100 && body.empty(); ++i) {
+            RouterRequest request;
+            request.method = "GET";
+            request.target = "/hello.txt";
+            request.add_header("X-Sandbox-ID", seen_name);
+            request.add_header("X-Sandbox-Namespace", "default");
+            request.add_header("X-Sandbox-Port", "9090");
+            BodySink sink;
+            auto status =
+                co_await (*second)->impl().send(std::move(request), std::chrono::steady_clock::now() + 5s, sink);
+            if (status && *status == 200) body = sink.body;
+            else co_await test::sleep_for(50ms);  // until httpd listens
+        }
+        EXPECT_EQ(body, "second port\n");
         EXPECT_TRUE(co_await p->delete_sandbox("seam"));
     });
 }

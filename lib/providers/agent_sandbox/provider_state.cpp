@@ -141,25 +141,31 @@ std::unique_ptr<Sandbox> make_sandbox(const StatePtr& st, const std::string& cla
     r.on_activity = [weak, claim] {
         if (auto s = weak.lock()) record_claim_activity(s, claim);
     };
-    std::shared_ptr<RouterConnection> connection = o.connection;
-    if (o.tunnel_to_pods) {
-        TunnelConnectionOptions tunnel;
-        tunnel.namespace_name = o.namespace_name;
-        tunnel.pod = state.sandbox_name;
-        tunnel.port = o.runtime_port;
-        tunnel.max_connections = 8;
-        auto made = make_tunnel_connection(st->client, tunnel);
-        if (made) connection = *made;  // only fails without a pod or port, both set here
-    }
-    if (o.direct_to_pods) {
-        DirectConnectionOptions direct;
-        direct.url = agent_sandbox::in_cluster_url(state, o.namespace_name, o.runtime_port);
-        direct.max_connections = 8;
-        auto made = make_direct_connection(st->client.get_executor(), direct);
-        if (made) connection = *made;  // in_cluster_url only builds valid http:// URLs
-    }
-    if (o.runtime) return o.runtime(connection, std::move(r));
-    return std::make_unique<RouterSandbox>(connection, std::move(r));
+    // Each sandbox gets connections of its own without a router; they fail only without a pod,
+    // a port or a valid address, all set here.
+    auto connect_port = [st, state](std::uint16_t port) -> Result<std::shared_ptr<RouterConnection>> {
+        const auto& o = st->options;
+        if (o.tunnel_to_pods) {
+            TunnelConnectionOptions tunnel;
+            tunnel.namespace_name = o.namespace_name;
+            tunnel.pod = state.sandbox_name;
+            tunnel.port = port;
+            tunnel.max_connections = 8;
+            return make_tunnel_connection(st->client, tunnel);
+        }
+        if (o.direct_to_pods) {
+            DirectConnectionOptions direct;
+            direct.url = agent_sandbox::in_cluster_url(state, o.namespace_name, port);
+            direct.max_connections = 8;
+            return make_direct_connection(st->client.get_executor(), direct);
+        }
+        return o.connection;
+    };
+    auto connection = connect_port(o.runtime_port);
+    if (!connection) o.logger.warning("no connection to sandbox " + claim + ": " + connection.error().describe());
+    RuntimeEndpoint endpoint{connection ? *connection : o.connection, std::move(r), std::move(connect_port)};
+    if (o.runtime) return o.runtime(std::move(endpoint));
+    return std::make_unique<RouterSandbox>(std::move(endpoint.connection), std::move(endpoint.options));
 }
 
 // Waits with one watch (re-established from the last resourceVersion, after one read on 410)
