@@ -102,6 +102,8 @@ public:
 
     void add_fault(FaultRule rule);
     void clear_faults();
+    // Requests a fault rule has hit so far: a test waits for its fault to be under way.
+    std::size_t faults_applied() const;
     void expire_continue_tokens();  // every outstanding continue token now yields 410
     void expire_watches();          // every open watch gets an ERROR 410 and ends
     // The API server as if restarted: its listener closes and every connection to it is cut

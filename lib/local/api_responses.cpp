@@ -29,6 +29,7 @@ std::optional<FaultRule> FaultList::take(std::string_view method, std::string_vi
         if (!it->path_contains.empty() && target.find(it->path_contains) == std::string_view::npos) continue;
         FaultRule r = *it;
         if (it->count > 0 && --it->count == 0) rules_.erase(it);
+        ++applied_;
         return r;
     }
     return std::nullopt;

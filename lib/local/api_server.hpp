@@ -9,6 +9,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/json/object.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -27,10 +28,12 @@ public:
     void clear();
     // The rule that applies to this request (its count is consumed), if any.
     std::optional<FaultRule> take(std::string_view method, std::string_view target);
+    std::size_t applied() const { return applied_.load(); }
 
 private:
     std::mutex mutex_;
     std::vector<FaultRule> rules_;
+    std::atomic<std::size_t> applied_{0};
 };
 
 struct ApiServerOptions {

@@ -460,6 +460,7 @@ void LocalCluster::set_router_delay(std::chrono::milliseconds delay) {
 
 void LocalCluster::add_fault(FaultRule rule) { impl_->faults.add(std::move(rule)); }
 void LocalCluster::clear_faults() { impl_->faults.clear(); }
+std::size_t LocalCluster::faults_applied() const { return impl_->faults.applied(); }
 
 void LocalCluster::expire_continue_tokens() {
     std::promise<void> done;

@@ -298,7 +298,10 @@ TEST_F(RetryTest, OneDeadlineCoversWaitingForAPoolSlotAndTheRequest) {
     if (!second->has_value()) {
         EXPECT_TRUE(second->error().is(errc::timeout)) << second->error().describe();
     }
-    EXPECT_LT(second_ms, 2500);  // one deadline: 1.6 s, not 1 s of waiting plus 1.6 s
+    // One deadline: had the wait for the slot not counted, the second GET would have had 1.6 s for
+    // its 1 s exchange and succeeded (checked above). It ends at its deadline, 1.6 s (the bound
+    // leaves room for a stalled test process).
+    EXPECT_LT(second_ms, 3100);
 }
 
 TEST_F(RetryTest, ConnectTimeoutIsRetriedForIdempotentRequests) {
@@ -451,7 +454,7 @@ TEST_F(RetryTest, CredentialsAreNeverSentOverPlainHttpToANonLoopbackHost) {
             auto w = co_await client->watch(pods);
             EXPECT_FALSE(w.has_value());
         }
-        EXPECT_LT(ms_since(start), 500);  // refused up front, no network attempt
+        EXPECT_LT(ms_since(start), 1500);  // refused up front: a connect attempt would wait 2 s
     });
 }
 

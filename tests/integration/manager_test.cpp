@@ -357,6 +357,7 @@ TEST_F(ManagerTest, ShutdownDuringAnAcquisitionLeavesNothingBehind) {
     slow.count = -1;
     slow.action = FaultRule::Action::latency;
     slow.latency = 1500ms;
+    const std::size_t faults_before = cluster_->faults_applied();
     cluster_->add_fault(slow);
     run([&]() -> asio::awaitable<void> {
         auto ex = co_await asio::this_coro::executor;
@@ -372,7 +373,8 @@ TEST_F(ManagerTest, ShutdownDuringAnAcquisitionLeavesNothingBehind) {
                 finished = true;
             },
             asio::detached);
-        co_await sleep_for(300ms);
+        // Shut down once the pod's creation is held up in the API server.
+        while (cluster_->faults_applied() == faults_before) co_await sleep_for(10ms);
         ShutdownOptions so;
         so.graceful = 100ms;
         so.delete_sandboxes = true;

@@ -226,7 +226,7 @@ TEST_F(RawBindingTest, ATopUpDuringARefillDoesNotOvershoot) {
             auto topped = co_await p->ensure_warm_pool();
             EXPECT_TRUE(topped) << topped.error().describe();
             co_await wait_pool(*p, 2);
-            co_await sleep_for(1500ms);  // anything still being made would show by now
+            co_await wait_refills(*p);  // nothing is still being made
             ListSandboxesOptions warm;
             warm.status = "warm";
             auto listed = co_await p->list(warm);

@@ -10,6 +10,20 @@ using namespace kubesandbox::test::raw;
 using kubesandbox::test::sleep_for;
 using kubesandbox::test::raw::RawProviderTest;
 
+bool pod_condition_true(const json::object& pod, std::string_view type) {
+    const auto* status = pod.if_contains("status");
+    const auto* conditions = status && status->is_object() ? status->get_object().if_contains("conditions") : nullptr;
+    if (!conditions || !conditions->is_array()) return false;
+    for (const auto& c : conditions->get_array()) {
+        const auto* o = c.if_object();
+        const auto* t = o ? o->if_contains("type") : nullptr;
+        const auto* v = o ? o->if_contains("status") : nullptr;
+        if (t && t->is_string() && t->get_string() == type && v && v->is_string() && v->get_string() == "True")
+            return true;
+    }
+    return false;
+}
+
 TEST_F(RawProviderTest, CreateLabelsReconnectExecDelete) {
     auto p = provider();
     run([&]() -> asio::awaitable<void> {
@@ -497,7 +511,13 @@ TEST_F(RawProviderTest, ReconnectWaitsForTheCreatorsSetupAndRefusesForeignPods) 
             };
             auto ex = co_await asio::this_coro::executor;
             asio::co_spawn(ex, use(a.get(), &out_a), asio::detached);
-            co_await sleep_for(1500ms);  // b finds a's pod Ready, setup still running
+            // b comes once a's pod is Ready, while its 3 s setup still runs.
+            const ResourcePath setup_pod = pods("default").with_name(RawProvider::pod_name_for("setup-wait"));
+            for (bool ready = false; !ready && done == 0;) {
+                auto pod = co_await client_->get(setup_pod);
+                ready = pod && pod_condition_true(*pod, "Ready");
+                if (!ready) co_await sleep_for(20ms);
+            }
             asio::co_spawn(ex, use(b.get(), &out_b), asio::detached);
             for (int i = 0; i < 600 && done < 2; ++i) co_await sleep_for(100ms);
             EXPECT_EQ(out_a, "ready\n");
