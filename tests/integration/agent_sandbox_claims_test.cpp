@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <set>
 
 namespace {
@@ -147,6 +148,49 @@ TEST_F(AgentSandboxTest, AClaimNotOursIsRefusedAndLeftAlone) {
         auto still = co_await kube.get(claims.with_name(name));
         EXPECT_TRUE(still.has_value());
         co_await kube.remove(claims.with_name(name));
+    });
+}
+
+// Which claim version to use is read once from discovery. A 403 there (claims allowed, discovery
+// not) means v1beta1, with a warning; a 401 is an error and nothing is kept; a 404 means
+// agent-sandbox is not installed.
+TEST_F(AgentSandboxTest, DiscoveryRefusedMeansV1beta1AndOtherAnswersAreErrors) {
+    std::vector<std::string> warnings;
+    std::mutex warnings_mutex;
+    auto refused_with = [&](unsigned status) {
+        FaultRule discovery;
+        discovery.path_contains = "/apis/extensions.agents.x-k8s.io";  // the first GET is discovery
+        discovery.method = "GET";
+        discovery.status = status;
+        cluster_->add_fault(discovery);
+        auto options = busybox();
+        options.logger = Logger(LogLevel::warning, [&](LogLevel, std::string_view line) {
+            std::lock_guard lock(warnings_mutex);
+            warnings.emplace_back(line);
+        });
+        return provider(options);
+    };
+    run([&]() -> asio::awaitable<void> {
+        auto forbidden = refused_with(403);
+        auto listed = co_await forbidden->list();
+        EXPECT_TRUE(listed) << (listed ? "" : listed.error().describe());
+        {
+            std::lock_guard lock(warnings_mutex);
+            EXPECT_EQ(warnings.size(), 1u);
+            EXPECT_TRUE(!warnings.empty() &&
+                        warnings[0].find("refused (HTTP 403); using v1beta1") != std::string::npos);
+        }
+        auto unauthorized = refused_with(401);
+        listed = co_await unauthorized->list();
+        EXPECT_TRUE(!listed && listed.error().code == errc::unauthorized)
+            << (listed ? "listed" : listed.error().describe());
+        listed = co_await unauthorized->list();  // the fault is spent: discovery is read again
+        EXPECT_TRUE(listed) << (listed ? "" : listed.error().describe());
+        auto missing = refused_with(404);
+        listed = co_await missing->list();
+        EXPECT_TRUE(!listed && listed.error().code == errc::invalid_config)
+            << (listed ? "listed" : listed.error().describe());
+        cluster_->clear_faults();
     });
 }
 
