@@ -99,6 +99,9 @@ Row in_micros(Row r);
 // heap_counter.cpp: bytes this thread holds through operator new right now; -1 when not
 // counted (under AddressSanitizer).
 long long thread_heap_bytes();
+// The most this thread held since reset_thread_heap_peak(); -1 when not counted.
+void reset_thread_heap_peak();
+long long thread_heap_peak_bytes();
 ProcResult run_process(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env, bool capture);
 
 // Runs one coroutine to completion (or the deadline) on `io`; background coroutines spawned by

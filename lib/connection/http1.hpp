@@ -39,7 +39,9 @@ private:
     void on_response_impl(int code, string_view, int, error_code&) override { status_ = static_cast<unsigned>(code); }
     void on_field_impl(boost::beast::http::field f, string_view, string_view value, error_code&) override;
     void on_header_impl(error_code&) override { sink_.on_head(status_, content_type_); }
-    void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
+    void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code&) override {
+        if (length) sink_.on_body_size(*length);
+    }
     std::size_t on_body_impl(string_view body, error_code& ec) override;
     void on_chunk_header_impl(std::uint64_t, string_view, error_code&) override {}
     std::size_t on_chunk_body_impl(std::uint64_t, string_view body, error_code& ec) override;

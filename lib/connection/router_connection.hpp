@@ -43,6 +43,8 @@ class ResponseSink {
 public:
     virtual ~ResponseSink() = default;
     virtual void on_head(unsigned status, std::string_view content_type) = 0;
+    // The body's announced size (its Content-Length), when it has one, before any of it.
+    virtual void on_body_size(std::uint64_t) {}
     virtual bool on_body(std::string_view chunk) = 0;
     // A sink that hands the body on asynchronously says so: drain() is then awaited after each
     // read's pieces went to on_body, before more is read (false stops the transfer), so what it

@@ -23,6 +23,9 @@ class ExecuteSink final : public ResponseSink {
 public:
     explicit ExecuteSink(std::size_t cap) : reader(cap) {}
     void on_head(unsigned s, std::string_view) override { status = s; }
+    void on_body_size(std::uint64_t bytes) override {
+        if (status == 200) reader.expect_body(bytes);
+    }
     bool on_body(std::string_view chunk) override {
         if (status != 200) {
             router_detail::keep_error_body(error_body, chunk);

@@ -168,6 +168,7 @@ struct ExecuteHandler {
     static constexpr std::size_t max_string_size = std::size_t(-1);
 
     std::size_t cap = 0;
+    std::optional<std::uint64_t> body_left;  // from the start of the chunk being read
     int depth = 0;
     std::string key;
     std::string out, err;
@@ -188,6 +189,10 @@ struct ExecuteHandler {
             if (err_tail.size() > 1024) err_tail.erase(0, err_tail.size() - 512);
         }
         if (auto* t = target()) {
+            // A large stream is sized at its start for what is left of the body (capped).
+            constexpr std::size_t reserve_from = 64 * 1024;
+            if (t->empty() && body_left && *body_left > reserve_from)
+                t->reserve(static_cast<std::size_t>(std::min<std::uint64_t>(*body_left, cap)));
             std::size_t room = t->size() < cap ? cap - t->size() : 0;
             if (s.size() > room) truncated = true;
             t->append(s.substr(0, room));
@@ -270,6 +275,8 @@ struct ExecuteResponseReader::State {
 ExecuteResponseReader::ExecuteResponseReader(std::size_t cap) : state_(std::make_unique<State>(cap)) {}
 ExecuteResponseReader::~ExecuteResponseReader() = default;
 
+void ExecuteResponseReader::expect_body(std::uint64_t bytes) { state_->parser.handler().body_left = bytes; }
+
 bool ExecuteResponseReader::write(std::string_view chunk) {
     if (state_->failed) return false;
     json::error_code ec;
@@ -277,6 +284,8 @@ bool ExecuteResponseReader::write(std::string_view chunk) {
     // write_some stops where the document ends: anything after it but whitespace is malformed,
     // wherever the pieces happen to end.
     if (ec || chunk.substr(used).find_first_not_of(" \t\r\n") != std::string_view::npos) state_->failed = true;
+    auto& left = state_->parser.handler().body_left;
+    if (left) *left -= std::min<std::uint64_t>(*left, chunk.size());
     return !state_->failed;
 }
 

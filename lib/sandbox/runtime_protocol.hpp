@@ -41,6 +41,9 @@ public:
     ExecuteResponseReader(const ExecuteResponseReader&) = delete;
     ExecuteResponseReader& operator=(const ExecuteResponseReader&) = delete;
 
+    // The body's size, when known: a large stream's text is then sized once, not regrown (which
+    // held the old and the new copy at once).
+    void expect_body(std::uint64_t bytes);
     bool write(std::string_view chunk);  // false on malformed JSON
     bool finish();                       // false when the document is incomplete or malformed
 

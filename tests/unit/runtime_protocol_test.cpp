@@ -114,6 +114,28 @@ TEST(RuntimeProtocol, DecodesTheWrappedRun) {
     EXPECT_TRUE(r.plain && !r.timed_out);
 }
 
+// With the body's size known, a large stream's text is allocated once at its start, never
+// regrown (a regrowth holds the old and the new buffer at once).
+TEST(RuntimeProtocol, ALargeStreamIsSizedOnceFromTheBodysLength) {
+    const std::string text(3'000'001, 'Q');
+    const std::string body = R"({"stdout":")" + text + R"(","stderr":"","exit_code":0})";
+    rp::ExecuteResponseReader reader(16 * 1024 * 1024);
+    reader.expect_body(body.size());
+    for (std::size_t at = 0; at < body.size(); at += 65536)
+        ASSERT_TRUE(reader.write(std::string_view(body).substr(at, 65536)));
+    ASSERT_TRUE(reader.finish());
+    EXPECT_TRUE(reader.stdout_text() == text);
+    EXPECT_LE(reader.stdout_text().capacity(), body.size());
+    // Without a size, or past the cap, it is read as before.
+    rp::ExecuteResponseReader capped(1000);
+    capped.expect_body(body.size());
+    ASSERT_TRUE(capped.write(body));
+    ASSERT_TRUE(capped.finish());
+    EXPECT_EQ(capped.stdout_text().size(), 1000u);
+    EXPECT_LE(capped.stdout_text().capacity(), 1000u + 64);
+    EXPECT_TRUE(capped.truncated());
+}
+
 // A large output is decoded where its base64 text lies: the result is the same buffer, so the
 // output is not held twice while it is decoded.
 TEST(RuntimeProtocol, DecodesALargeOutputInItsOwnBuffer) {
