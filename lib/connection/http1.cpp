@@ -49,6 +49,16 @@ void ResponseParser::on_field_impl(http::field f, string_view, string_view value
     if (f == http::field::content_type) content_type_.assign(value.data(), value.size());
 }
 
+std::string router_timeout_value(std::chrono::steady_clock::duration left, std::int64_t at_most) {
+    const std::int64_t left_ms =
+        std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(left).count());
+    std::int64_t ms = std::max<std::int64_t>(1, left_ms - std::min<std::int64_t>(5000, left_ms / 4));
+    if (at_most > 0 && at_most < INT64_MAX / 1000) ms = std::min(ms, at_most * 1000);
+    if (ms >= 10000 || ms % 1000 == 0) return std::to_string(ms / 1000);
+    std::string frac = std::to_string(ms % 1000);
+    return std::to_string(ms / 1000) + "." + std::string(3 - frac.size(), '0') + frac;
+}
+
 std::size_t ResponseParser::on_body_impl(string_view body, error_code& ec) {
     if (!sink_.on_body(std::string_view(body.data(), body.size()))) {
         refused_ = true;

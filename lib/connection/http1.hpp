@@ -7,6 +7,8 @@
 
 #include <boost/beast/http/basic_parser.hpp>
 
+#include <chrono>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -20,6 +22,11 @@ bool has_line_break(std::string_view s);
 // method, target, host or token, gets an empty head (the caller refuses it).
 std::string request_head(const RouterRequest& request, std::string_view prefix, std::string_view host,
                          std::string_view token);
+
+// X-Sandbox-Timeout's value for a request with `left` before its deadline: a margin less (a
+// quarter of the time, at most 5 s) so the router answers first, at most `at_most` seconds;
+// whole seconds from 10 s on, else milliseconds as a decimal (the routers read a float).
+std::string router_timeout_value(std::chrono::steady_clock::duration left, std::int64_t at_most);
 
 // Parses one response; `sink` sees the head once the fields are complete and then each piece
 // of the body (chunked or not). Feed it with put(); a sink that refuses a piece ends parsing

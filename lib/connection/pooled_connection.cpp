@@ -39,16 +39,20 @@ public:
 
     asio::awaitable<Result<unsigned>> send(RouterRequest request, steady_clock::time_point deadline,
                                            ResponseSink& sink) override {
+        auto slot = pool_.try_acquire();
+        if (!slot) slot = co_await pool_.acquire(deadline);
+        if (!slot)
+            co_return fail(errc::timeout, "no free connection to the router " + settings_.description + " in time");
+        // The router's limit counts from now, after any wait for the slot.
+        if (request.router_timeout_at_most)
+            request.add_header("X-Sandbox-Timeout", http1::router_timeout_value(deadline - steady_clock::now(),
+                                                                                *request.router_timeout_at_most));
         const std::string head =
             http1::request_head(request, settings_.prefix,
                                 settings_.current_host ? settings_.current_host() : settings_.host, settings_.token);
         if (head.empty())
             co_return fail(errc::invalid_argument, "a request to the router " + settings_.description +
                                                        " has a line break or space where none may be");
-        auto slot = pool_.try_acquire();
-        if (!slot) slot = co_await pool_.acquire(deadline);
-        if (!slot)
-            co_return fail(errc::timeout, "no free connection to the router " + settings_.description + " in time");
         auto what = [&] { return request.method + " " + settings_.description + request.target; };
         // Past the deadline the stream closes itself, so any failure then is a timeout.
         auto transport_error = [&](const boost::system::error_code& ec, const std::string& when) {

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,7 +31,11 @@ struct RouterRequest {
     ByteSource body_source{};
     std::uint64_t body_size{0};
     bool replay_safe{false};  // may be sent again on a fresh connection after a stale reuse
-    bool bad_field{false};    // add_header refused a field: the request is never sent
+    // Set: the request carries X-Sandbox-Timeout, written as it goes out (after any wait for a
+    // free connection): a little less than the time left before the deadline, and at most this
+    // many seconds. The router then ends a slow call with an answer before the client gives up.
+    std::optional<std::int64_t> router_timeout_at_most{};
+    bool bad_field{false};  // add_header refused a field: the request is never sent
 
     // A name with a colon or a line break, or a value with a line break, is refused (and marks
     // the request); anything else is appended to `fields`.

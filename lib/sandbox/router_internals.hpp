@@ -74,20 +74,17 @@ struct RouterSandbox::Internals {
     static boost::asio::awaitable<Result<Executed>> execute_command(RouterSandbox& self, std::string command,
                                                                     std::optional<std::chrono::seconds> timeout);
     // The fields naming the sandbox were written once; a request adds its own. Every request
-    // carries X-Sandbox-Timeout, so the router ends a slow call with an answer before we give up.
-    static void add_headers(RouterRequest& request, const RouterSandbox& self, std::int64_t router_timeout,
-                            std::string_view content_type);
-    // X-Sandbox-Timeout for a call that must end by `deadline`: a few seconds before it.
-    static std::int64_t router_timeout_before(std::chrono::steady_clock::time_point deadline);
-    // One POST /execute with this body; never replayed. Without router_timeout, the router's
-    // limit comes from the deadline.
+    // carries X-Sandbox-Timeout (at most `router_timeout` seconds when given), so the router ends
+    // a slow call with an answer before we give up.
+    static void add_headers(RouterRequest& request, const RouterSandbox& self, std::string_view content_type,
+                            std::optional<std::int64_t> router_timeout = std::nullopt);
+    // One POST /execute with this body; never replayed.
     static boost::asio::awaitable<Result<RunOutcome>> run(RouterSandbox& self, std::string body,
                                                           std::chrono::steady_clock::time_point deadline,
                                                           std::optional<std::int64_t> router_timeout, std::size_t cap);
 
     // router_transfers.cpp
-    static RouterRequest upload_request(const RouterSandbox& self, std::string_view content_type,
-                                        std::chrono::steady_clock::time_point deadline);
+    static RouterRequest upload_request(const RouterSandbox& self, std::string_view content_type);
     static std::string new_boundary();
     // Transfers get a minute plus a second per MiB.
     static std::chrono::steady_clock::time_point transfer_deadline(std::uint64_t bytes);

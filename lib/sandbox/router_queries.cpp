@@ -29,7 +29,7 @@ asio::awaitable<Result<std::string>> RouterSandbox::Internals::read_view(RouterS
     request.method = "GET";
     request.target.append("/").append(route).append("/").append(*segment);
     const auto deadline = transfer_deadline(0);
-    add_headers(request, self, router_timeout_before(deadline), "");
+    add_headers(request, self, "");
     request.replay_safe = true;  // only when nothing came back
     BytesSink sink(cap);
     auto status = co_await self.connection_->impl().send(std::move(request), deadline, sink);

@@ -82,17 +82,12 @@ Error router_detail::status_error(unsigned status, std::string_view body, const 
     }
 }
 
-std::int64_t RouterSandbox::Internals::router_timeout_before(steady_clock::time_point deadline) {
-    const auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - steady_clock::now()).count();
-    return std::max<std::int64_t>(1, left - std::min<std::int64_t>(5, left / 4));
-}
-
 void RouterSandbox::Internals::add_headers(RouterRequest& request, const RouterSandbox& self,
-                                           std::int64_t router_timeout, std::string_view content_type) {
-    request.fields.reserve(self.sandbox_fields_.size() + 64 + content_type.size());
+                                           std::string_view content_type, std::optional<std::int64_t> router_timeout) {
+    request.fields.reserve(self.sandbox_fields_.size() + 32 + content_type.size());
     request.fields = self.sandbox_fields_;
     request.bad_field = !self.sandbox_fields_ok_;
-    request.add_header("X-Sandbox-Timeout", std::to_string(router_timeout));
+    request.router_timeout_at_most = router_timeout.value_or(INT64_MAX);
     if (!content_type.empty()) request.add_header("Content-Type", content_type);
 }
 
@@ -103,7 +98,7 @@ asio::awaitable<Result<RunOutcome>> RouterSandbox::Internals::run(RouterSandbox&
     RouterRequest request;
     request.method = "POST";
     request.target = "/execute";
-    add_headers(request, self, router_timeout.value_or(router_timeout_before(deadline)), "application/json");
+    add_headers(request, self, "application/json", router_timeout);
     request.body = std::move(body);
     ExecuteSink sink(cap);
     auto what = [&self] { return "execute in " + self.id_ + " via " + self.connection_->describe(); };

@@ -64,12 +64,11 @@ bool is_absolute_clean_path(std::string_view p) {
 
 }  // namespace
 
-RouterRequest RouterSandbox::Internals::upload_request(const RouterSandbox& self, std::string_view content_type,
-                                                       steady_clock::time_point deadline) {
+RouterRequest RouterSandbox::Internals::upload_request(const RouterSandbox& self, std::string_view content_type) {
     RouterRequest request;
     request.method = "POST";
     request.target = "/upload";
-    add_headers(request, self, router_timeout_before(deadline), content_type);
+    add_headers(request, self, content_type);
     return request;
 }
 
@@ -81,7 +80,7 @@ asio::awaitable<Result<unsigned>> RouterSandbox::Internals::post_upload(RouterSa
                                                                         std::string_view data,
                                                                         steady_clock::time_point deadline) {
     auto multipart = rp::multipart_file(name, data, new_boundary());
-    RouterRequest request = upload_request(self, multipart.content_type, deadline);
+    RouterRequest request = upload_request(self, multipart.content_type);
     request.body = std::move(multipart.body);
     request.replay_safe = true;  // the same bytes to the same file
     BytesSink sink(max_error_body);
@@ -184,7 +183,7 @@ asio::awaitable<Result<FileDownloadResponse>> RouterSandbox::Internals::download
         RouterRequest request;
         request.method = "GET";
         request.target = "/download/" + rp::quote_segment(*name);
-        add_headers(request, self, router_timeout_before(deadline), "");
+        add_headers(request, self, "");
         request.replay_safe = true;
         BytesSink sink(max);
         auto status = co_await self.connection_->impl().send(std::move(request), deadline, sink);
@@ -262,7 +261,7 @@ asio::awaitable<Result<FileUploadResponse>> RouterSandbox::upload_from(std::stri
             if (!probe) co_return fail(probe.error());
             if (*probe == 200) {
                 auto frame = rp::multipart_frame(*name, Internals::new_boundary());
-                RouterRequest request = Internals::upload_request(*this, frame.content_type, deadline);
+                RouterRequest request = Internals::upload_request(*this, frame.content_type);
                 request.body_size = frame.before.size() + size + frame.after.size();
                 request.body_source = sandbox::framed(std::move(frame.before), std::move(held), std::move(frame.after));
                 BytesSink sink(max_error_body);
@@ -293,7 +292,7 @@ asio::awaitable<Result<FileDownloadResponse>> RouterSandbox::download_to(std::st
         request.target = "/download/" + rp::quote_segment(*name);
         const auto limit = options_.default_timeout.count() > 0 ? options_.default_timeout : std::chrono::hours(24);
         const auto deadline = steady_clock::now() + limit;
-        Internals::add_headers(request, *this, Internals::router_timeout_before(deadline), "");
+        Internals::add_headers(request, *this, "");
         request.replay_safe = true;  // only when nothing came back
         StreamingSink streaming(sink);
         auto status = co_await connection_->impl().send(std::move(request), deadline, streaming);

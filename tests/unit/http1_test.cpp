@@ -179,4 +179,22 @@ TEST(Http1, ASinkThatRefusesStopsTheParse) {
     EXPECT_FALSE(garbage.refused_by_sink());
 }
 
+// The router's limit: a quarter of the time left less, at most 5 s less, at most the cap; a
+// decimal below 10 s (both routers read a float), never zero or negative.
+TEST(Http1, TheRoutersLimitLeavesAMarginBeforeTheDeadline) {
+    using std::chrono::milliseconds;
+    constexpr std::int64_t uncapped = INT64_MAX;
+    EXPECT_EQ(http1::router_timeout_value(milliseconds(60'000), uncapped), "55");
+    EXPECT_EQ(http1::router_timeout_value(milliseconds(60'999), uncapped), "55");
+    EXPECT_EQ(http1::router_timeout_value(milliseconds(60'000), 25), "25");
+    EXPECT_EQ(http1::router_timeout_value(milliseconds(12'000), uncapped), "9");
+    EXPECT_EQ(http1::router_timeout_value(milliseconds(10'500), uncapped), "7.875");
+    EXPECT_EQ(http1::router_timeout_value(milliseconds(8'000), uncapped), "6");
+    EXPECT_EQ(http1::router_timeout_value(milliseconds(2'500), uncapped), "1.875");
+    EXPECT_EQ(http1::router_timeout_value(milliseconds(40), uncapped), "0.030");
+    EXPECT_EQ(http1::router_timeout_value(milliseconds(0), uncapped), "0.001");
+    EXPECT_EQ(http1::router_timeout_value(milliseconds(-5'000), uncapped), "0.001");
+    EXPECT_EQ(http1::router_timeout_value(std::chrono::hours(24), uncapped), "86395");
+}
+
 }  // namespace
