@@ -189,13 +189,19 @@ struct ExecuteHandler {
             if (err_tail.size() > 1024) err_tail.erase(0, err_tail.size() - 512);
         }
         if (auto* t = target()) {
-            // A large stream is sized at its start for what is left of the body (capped).
-            constexpr std::size_t reserve_from = 64 * 1024;
-            if (t->empty() && body_left && *body_left > reserve_from)
-                t->reserve(static_cast<std::size_t>(std::min<std::uint64_t>(*body_left, cap)));
             std::size_t room = t->size() < cap ? cap - t->size() : 0;
             if (s.size() > room) truncated = true;
-            t->append(s.substr(0, room));
+            const std::string_view piece = s.substr(0, room);
+            // Past 64 KiB a stream is sized once for what is left of the body (capped), where it
+            // would otherwise regrow and hold the old and the new buffer at once. Smaller streams
+            // grow as usual, so a short stdout before a long stderr reserves nothing.
+            constexpr std::size_t reserve_from = 64 * 1024;
+            const std::size_t need = t->size() + piece.size();
+            if (body_left && need > t->capacity() && need > reserve_from) {
+                const std::uint64_t whole = t->size() + std::max<std::uint64_t>(*body_left, piece.size());
+                t->reserve(static_cast<std::size_t>(std::min<std::uint64_t>(whole, cap)));
+            }
+            t->append(piece);
         }
     }
 

@@ -41,8 +41,8 @@ public:
     ExecuteResponseReader(const ExecuteResponseReader&) = delete;
     ExecuteResponseReader& operator=(const ExecuteResponseReader&) = delete;
 
-    // The body's size, when known: a large stream's text is then sized once, not regrown (which
-    // held the old and the new copy at once).
+    // The body's size, when known: a stream past 64 KiB is then sized once for the rest of the
+    // body, not regrown (which would hold the old and the new copy at once).
     void expect_body(std::uint64_t bytes);
     bool write(std::string_view chunk);  // false on malformed JSON
     bool finish();                       // false when the document is incomplete or malformed

@@ -114,8 +114,8 @@ TEST(RuntimeProtocol, DecodesTheWrappedRun) {
     EXPECT_TRUE(r.plain && !r.timed_out);
 }
 
-// With the body's size known, a large stream's text is allocated once at its start, never
-// regrown (a regrowth holds the old and the new buffer at once).
+// With the body's size known, a large stream's text is sized once for the rest of the body,
+// not regrown (a regrowth holds the old and the new buffer at once).
 TEST(RuntimeProtocol, ALargeStreamIsSizedOnceFromTheBodysLength) {
     const std::string text(3'000'001, 'Q');
     const std::string body = R"({"stdout":")" + text + R"(","stderr":"","exit_code":0})";
@@ -134,6 +134,19 @@ TEST(RuntimeProtocol, ALargeStreamIsSizedOnceFromTheBodysLength) {
     EXPECT_EQ(capped.stdout_text().size(), 1000u);
     EXPECT_LE(capped.stdout_text().capacity(), 1000u + 64);
     EXPECT_TRUE(capped.truncated());
+    // A short stdout before a long stderr: only the long stream is sized for the rest.
+    for (const std::string out : {"", "short"}) {
+        const std::string err_first = R"({"stdout":")" + out + R"(","stderr":")" + text + R"(","exit_code":1})";
+        rp::ExecuteResponseReader reader2(16 * 1024 * 1024);
+        reader2.expect_body(err_first.size());
+        for (std::size_t at = 0; at < err_first.size(); at += 65536)
+            ASSERT_TRUE(reader2.write(std::string_view(err_first).substr(at, 65536)));
+        ASSERT_TRUE(reader2.finish());
+        EXPECT_EQ(reader2.stdout_text(), out);
+        EXPECT_LT(reader2.stdout_text().capacity(), 64u);
+        EXPECT_TRUE(reader2.stderr_text() == text);
+        EXPECT_LE(reader2.stderr_text().capacity(), err_first.size());
+    }
 }
 
 // A large output is decoded where its base64 text lies: the result is the same buffer, so the
