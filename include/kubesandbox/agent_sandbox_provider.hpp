@@ -50,6 +50,7 @@ struct AgentSandboxProviderOptions {
     // No router, from inside the cluster: each sandbox's runtime at http://ADDRESS:runtime_port,
     // ADDRESS being the claim's status.sandbox.serviceFQDN when the controller reports one, else
     // its pod IP, else <sandbox>.<namespace>.svc.cluster.local (one direct connection each).
+    // Wins over tunnel_to_pods when both are set.
     bool direct_to_pods{false};
     std::uint16_t runtime_port{8888};
     std::string base_dir{"/app"};  // the runtime's SANDBOX_BASE_DIR

@@ -374,7 +374,7 @@ TEST_F(ManagerTest, ShutdownDuringAnAcquisitionLeavesNothingBehind) {
             },
             asio::detached);
         // Shut down once the pod's creation is held up in the API server.
-        while (cluster_->faults_applied() == faults_before) co_await sleep_for(10ms);
+        while (cluster_->faults_applied() == faults_before && !finished) co_await sleep_for(10ms);
         ShutdownOptions so;
         so.graceful = 100ms;
         so.delete_sandboxes = true;

@@ -141,23 +141,26 @@ std::unique_ptr<Sandbox> make_sandbox(const StatePtr& st, const std::string& cla
     r.on_activity = [weak, claim] {
         if (auto s = weak.lock()) record_claim_activity(s, claim);
     };
-    // Each sandbox gets connections of its own without a router; they fail only without a pod,
-    // a port or a valid address, all set here.
-    auto connect_port = [st, state](std::uint16_t port) -> Result<std::shared_ptr<RouterConnection>> {
-        const auto& o = st->options;
+    // Without a router each sandbox gets connections of its own; they fail only without a pod, a
+    // port or a valid address, all set here. (A runtime may keep connect_port: it does not keep
+    // the provider alive.)
+    auto connect_port = [weak, state](std::uint16_t port) -> Result<std::shared_ptr<RouterConnection>> {
+        auto s = weak.lock();
+        if (!s) return fail(errc::cancelled, "the agent-sandbox provider of " + state.sandbox_name + " is gone");
+        const auto& o = s->options;
+        if (o.direct_to_pods) {
+            DirectConnectionOptions direct;
+            direct.url = agent_sandbox::in_cluster_url(state, o.namespace_name, port);
+            direct.max_connections = 8;
+            return make_direct_connection(s->client.get_executor(), direct);
+        }
         if (o.tunnel_to_pods) {
             TunnelConnectionOptions tunnel;
             tunnel.namespace_name = o.namespace_name;
             tunnel.pod = state.sandbox_name;
             tunnel.port = port;
             tunnel.max_connections = 8;
-            return make_tunnel_connection(st->client, tunnel);
-        }
-        if (o.direct_to_pods) {
-            DirectConnectionOptions direct;
-            direct.url = agent_sandbox::in_cluster_url(state, o.namespace_name, port);
-            direct.max_connections = 8;
-            return make_direct_connection(st->client.get_executor(), direct);
+            return make_tunnel_connection(s->client, tunnel);
         }
         return o.connection;
     };
