@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace kubesandbox {
 
@@ -106,6 +107,8 @@ public:
     std::size_t faults_applied() const;
     void expire_continue_tokens();  // every outstanding continue token now yields 410
     void expire_watches();          // every open watch gets an ERROR 410 and ends
+    // Watches open on a resource (its plural, "pods"): a test waits for a client to be watching.
+    std::size_t open_watches(std::string_view plural) const;
     // The API server as if restarted: its listener closes and every connection to it is cut
     // (watches, exec and port-forward streams included; no close frames); `down` later it listens
     // again on the same port. Objects and pods stay. Returns once the connections are cut.

@@ -177,6 +177,13 @@ void ApiServer::write_pod_status(const std::string& ns, const std::string& name,
 
 void ApiServer::expire_continue_tokens() { impl_->snapshots.expire_all(); }
 
+std::size_t ApiServer::open_watches(std::string_view plural) const {
+    std::size_t n = 0;
+    for (const auto& w : impl_->watchers)
+        if (!w->expired && w->type && w->type->plural == plural) ++n;
+    return n;
+}
+
 void ApiServer::expire_watches() {
     for (auto& w : impl_->watchers) {
         w->expired = true;

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kubesandbox::local {
@@ -60,7 +61,8 @@ public:
 
     void expire_continue_tokens();
     void expire_watches();
-    void shutdown();  // ends every watch, closes every connection
+    std::size_t open_watches(std::string_view plural) const;  // on the server's executor
+    void shutdown();                                          // ends every watch, closes every connection
     std::size_t open_connections() const;
 
     struct Impl;

@@ -471,6 +471,12 @@ void LocalCluster::expire_continue_tokens() {
     done.get_future().wait();
 }
 
+std::size_t LocalCluster::open_watches(std::string_view plural) const {
+    std::promise<std::size_t> count;
+    asio::post(impl_->ioc, [this, &count, plural] { count.set_value(impl_->api->open_watches(plural)); });
+    return count.get_future().get();
+}
+
 void LocalCluster::expire_watches() {
     std::promise<void> done;
     asio::post(impl_->ioc, [this, &done] {
